@@ -1,0 +1,5 @@
+"""``python -m oncelog`` runs the CLI."""
+
+from oncelog.cli import main
+
+main()

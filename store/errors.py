@@ -1,0 +1,71 @@
+"""Database errors mapped to oncelog errors, in one place.
+
+The SQL functions raise protocol errors with SQLSTATE codes of our own (class ``OL``); each maps
+to the class in :mod:`oncelog.errors` that declares it. Driver and server failures map to the
+retriable infrastructure errors, so callers never see a raw driver exception.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import psycopg
+import sqlalchemy as sa
+
+from oncelog import errors
+
+#: SQLSTATEs after which the same request may succeed when sent again.
+_SERIALIZATION = {"40001", "40P01"}  # serialization_failure, deadlock_detected
+_UNAVAILABLE_PREFIXES = ("08", "57P")  # connection exceptions; admin/crash shutdown, cannot connect now
+_UNAVAILABLE = {"53300"}  # too_many_connections
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    orig = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
+    return getattr(orig, "sqlstate", None)
+
+
+def _message(exc: BaseException) -> str:
+    orig = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
+    diag = getattr(orig, "diag", None)
+    primary = getattr(diag, "message_primary", None) if diag is not None else None
+    return str(primary or orig).strip()
+
+
+def translate(exc: BaseException) -> errors.OncelogError | None:
+    """The oncelog error for a database exception, or None if ``exc`` is not a database error."""
+    if isinstance(exc, errors.OncelogError):
+        return exc
+    if not isinstance(exc, sa.exc.DBAPIError | psycopg.Error):
+        return None
+    state = _sqlstate(exc)
+    if state is not None:
+        cls = errors.error_for_sqlstate(state)
+        if cls is not None:
+            return cls(_message(exc))
+        if state in _SERIALIZATION:
+            return errors.SerializationFailureError(_message(exc))
+        if state in _UNAVAILABLE or state.startswith(_UNAVAILABLE_PREFIXES):
+            return errors.DatabaseUnavailableError(_message(exc))
+        if state in {"3F000", "42P01"}:  # invalid_schema_name, undefined_table
+            return errors.SchemaNotReadyError(f"{_message(exc)}: run `oncelog db upgrade`")
+    orig = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
+    if (isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated) or isinstance(
+        orig, psycopg.OperationalError | psycopg.InterfaceError
+    ):
+        # No SQLSTATE: the connection broke (server gone, proxy cut, reset).
+        return errors.DatabaseUnavailableError(_message(exc) or "connection lost")
+    return None
+
+
+@contextlib.contextmanager
+def mapped_errors() -> Iterator[None]:
+    """Re-raise database exceptions inside the block as oncelog errors (chained to the original)."""
+    try:
+        yield
+    except (sa.exc.DBAPIError, psycopg.Error) as exc:
+        mapped = translate(exc)
+        if mapped is None:
+            raise
+        raise mapped from exc

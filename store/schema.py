@@ -1,0 +1,768 @@
+"""The oncelog tables, as SQLAlchemy Core objects.
+
+This module is the model that ``alembic check`` compares the migrated database against, so it
+must always describe exactly what the migrations build. Tables carry no schema: the schema name
+is configurable (default ``oncelog``) and is chosen by the connection's ``search_path`` (see
+:mod:`oncelog.store.engine`), which the migrations also use.
+
+Constraints make illegal states unrepresentable; comments are on every table and column so an
+operator in psql can read the schema with ``\\d+``.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+#: The states of Kafka's transaction coordinator (TransactionState), persisted.
+TXN_STATES = (
+    "Empty",
+    "Ongoing",
+    "PrepareCommit",
+    "PrepareAbort",
+    "CompleteCommit",
+    "CompleteAbort",
+    "Dead",
+)
+
+#: The states a consumer group can be in.
+GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
+
+#: Control records written by the coordinator at the end of a transaction.
+CONTROL_TYPES = ("commit", "abort")
+
+#: Kafka's largest producer epoch; 32767 is reserved for fencing, 32766 is "exhausted".
+MAX_PRODUCER_EPOCH = 32767
+#: Sequences are 32-bit and wrap from 2147483647 to 0.
+MAX_SEQUENCE = 2147483647
+#: Kafka retains this many batches per producer and partition for duplicate detection.
+DEDUP_WINDOW = 5
+#: Kafka's offset.metadata.max.bytes default.
+MAX_OFFSET_METADATA = 4096
+#: Kafka's topic name limit.
+MAX_TOPIC_NAME = 249
+#: Identifiers (transactional ids, group ids, member ids) are bounded so they index well.
+MAX_ID_LENGTH = 255
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    quoted = ", ".join(f"'{v}'" for v in values)
+    return f"{column} IN ({quoted})"
+
+
+def _now() -> sa.TextClause:
+    return sa.text("now()")
+
+
+settings = sa.Table(
+    "settings",
+    metadata,
+    sa.Column(
+        "id",
+        sa.SmallInteger,
+        primary_key=True,
+        server_default=sa.text("1"),
+        comment="Always 1: this table has exactly one row.",
+    ),
+    sa.Column(
+        "producer_id_expiration_ms",
+        sa.BigInteger,
+        nullable=False,
+        server_default=sa.text("86400000"),
+        comment="A producer's per-partition sequence state expires after this long idle "
+        "(Kafka's producer.id.expiration.ms, default 1 day).",
+    ),
+    sa.Column(
+        "transaction_max_timeout_ms",
+        sa.BigInteger,
+        nullable=False,
+        server_default=sa.text("900000"),
+        comment="The largest transaction timeout a producer may ask for (Kafka's transaction.max.timeout.ms).",
+    ),
+    sa.Column(
+        "transactional_id_expiration_ms",
+        sa.BigInteger,
+        nullable=False,
+        server_default=sa.text("604800000"),
+        comment="A transactional id idle this long in Empty/Complete* becomes Dead "
+        "(Kafka's transactional.id.expiration.ms, default 7 days).",
+    ),
+    sa.Column(
+        "max_batch_records",
+        sa.Integer,
+        nullable=False,
+        server_default=sa.text("100000"),
+        comment="The most records one produce request may carry.",
+    ),
+    sa.CheckConstraint("id = 1", name="single_row"),
+    sa.CheckConstraint(
+        "producer_id_expiration_ms > 0 AND transaction_max_timeout_ms > 0 "
+        "AND transactional_id_expiration_ms > 0 AND max_batch_records > 0",
+        name="positive",
+    ),
+    comment="Store-wide settings (one row), the counterpart of Kafka's broker configuration.",
+)
+
+topics = sa.Table(
+    "topics",
+    metadata,
+    sa.Column(
+        "topic_id",
+        sa.Integer,
+        sa.Identity(always=True),
+        primary_key=True,
+        comment="Surrogate key: a topic deleted and created again under the same name gets a new id.",
+    ),
+    sa.Column("name", sa.Text, nullable=False, comment="The topic name, unique."),
+    sa.Column(
+        "max_message_bytes",
+        sa.Integer,
+        nullable=False,
+        server_default=sa.text("1048588"),
+        comment="The largest record (key + value + headers) accepted, in bytes (Kafka's max.message.bytes).",
+    ),
+    sa.Column(
+        "retention_ms",
+        sa.BigInteger,
+        nullable=True,
+        comment="Records older than this are deleted by maintenance; NULL keeps them forever.",
+    ),
+    sa.Column(
+        "retention_bytes",
+        sa.BigInteger,
+        nullable=True,
+        comment="Per partition, the oldest records beyond this size are deleted by maintenance; NULL is no limit.",
+    ),
+    sa.Column(
+        "created_at",
+        sa.DateTime(timezone=True),
+        nullable=False,
+        server_default=_now(),
+        comment="When the topic was created.",
+    ),
+    sa.UniqueConstraint("name"),
+    sa.CheckConstraint(
+        f"name ~ '^[A-Za-z0-9._-]{{1,{MAX_TOPIC_NAME}}}$' AND name NOT IN ('.', '..')",
+        name="name_valid",
+    ),
+    sa.CheckConstraint("max_message_bytes > 0", name="max_message_bytes_positive"),
+    sa.CheckConstraint(
+        "(retention_ms IS NULL OR retention_ms > 0) AND (retention_bytes IS NULL OR retention_bytes > 0)",
+        name="retention_positive",
+    ),
+    comment="Topics: named, partitioned logs.",
+)
+
+partitions = sa.Table(
+    "partitions",
+    metadata,
+    sa.Column(
+        "topic_id",
+        sa.Integer,
+        sa.ForeignKey(topics.c.topic_id, ondelete="CASCADE"),
+        primary_key=True,
+        comment="The topic.",
+    ),
+    sa.Column("partition", sa.Integer, primary_key=True, comment="The partition number, from 0."),
+    sa.Column(
+        "log_start_offset",
+        sa.BigInteger,
+        nullable=False,
+        server_default=sa.text("0"),
+        comment="The first offset still in the log; retention moves it forward.",
+    ),
+    sa.Column(
+        "next_offset",
+        sa.BigInteger,
+        nullable=False,
+        server_default=sa.text("0"),
+        comment="The offset the next record will get: the log end offset (high watermark). "
+        "Appenders lock this row until commit, so offsets are dense and commit in order.",
+    ),
+    sa.CheckConstraint("partition >= 0", name="partition_nonnegative"),
+    sa.CheckConstraint("log_start_offset >= 0 AND next_offset >= log_start_offset", name="offsets_ordered"),
+    comment="Partitions of each topic, with the offsets that bound their log. "
+    "The row is the append lock of its partition.",
+)
+
+records = sa.Table(
+    "records",
+    metadata,
+    sa.Column("topic_id", sa.Integer, primary_key=True, comment="The topic."),
+    sa.Column("partition", sa.Integer, primary_key=True, comment="The partition."),
+    sa.Column("offset", sa.BigInteger, primary_key=True, comment="The record's offset, dense per partition."),
+    sa.Column(
+        "producer_id",
+        sa.BigInteger,
+        nullable=True,
+        comment="The producer that wrote the record; NULL for a producer without idempotence.",
+    ),
+    sa.Column(
+        "producer_epoch", sa.SmallInteger, nullable=True, comment="The producer's epoch at write time."
+    ),
+    sa.Column(
+        "sequence",
+        sa.Integer,
+        nullable=True,
+        comment="The record's sequence number for (producer, partition); NULL for control records.",
+    ),
+    sa.Column(
+        "is_transactional",
+        sa.Boolean,
+        nullable=False,
+        server_default=sa.false(),
+        comment="True when the record belongs to a transaction (decided by a later control record).",
+    ),
+    sa.Column(
+        "control_type",
+        sa.Text,
+        nullable=True,
+        comment="'commit' or 'abort' for a transaction marker written by the coordinator; NULL for data.",
+    ),
+    sa.Column("key", pg.BYTEA, nullable=True, comment="The record key."),
+    sa.Column("value", pg.BYTEA, nullable=True, comment="The record value; NULL is a tombstone."),
+    sa.Column(
+        "headers",
+        pg.JSONB,
+        nullable=True,
+        comment='Headers as a JSON array of {"key": text, "value": base64 or null}, in order; NULL if none.',
+    ),
+    sa.Column(
+        "timestamp",
+        sa.DateTime(timezone=True),
+        nullable=False,
+        server_default=_now(),
+        comment="The record's timestamp: the producer's create time, or the append time if none was given.",
+    ),
+    sa.ForeignKeyConstraint(
+        ["topic_id", "partition"],
+        [partitions.c.topic_id, partitions.c.partition],
+        ondelete="CASCADE",
+    ),
+    sa.CheckConstraint('"offset" >= 0', name="offset_nonnegative"),
+    sa.CheckConstraint(
+        f"producer_epoch IS NULL OR producer_epoch BETWEEN 0 AND {MAX_PRODUCER_EPOCH}", name="epoch_range"
+    ),
+    sa.CheckConstraint(f"sequence IS NULL OR sequence BETWEEN 0 AND {MAX_SEQUENCE}", name="sequence_range"),
+    sa.CheckConstraint("(producer_id IS NULL) = (producer_epoch IS NULL)", name="producer_id_with_epoch"),
+    sa.CheckConstraint(_in("control_type", CONTROL_TYPES), name="control_type_valid"),
+    # A marker is always written by a transactional producer's coordinator and carries no data;
+    # a data record from an idempotent producer always has a sequence.
+    sa.CheckConstraint(
+        "control_type IS NULL OR (is_transactional AND producer_id IS NOT NULL AND sequence IS NULL "
+        "AND key IS NULL AND value IS NULL AND headers IS NULL)",
+        name="control_record_shape",
+    ),
+    sa.CheckConstraint(
+        "control_type IS NOT NULL OR producer_id IS NULL OR sequence IS NOT NULL",
+        name="data_record_has_sequence",
+    ),
+    sa.CheckConstraint("NOT is_transactional OR producer_id IS NOT NULL", name="transactional_has_producer"),
+    sa.CheckConstraint("headers IS NULL OR jsonb_typeof(headers) = 'array'", name="headers_array"),
+    comment="The log: one row per record or control marker, keyed (topic, partition, offset).",
+)
+
+producers = sa.Table(
+    "producers",
+    metadata,
+    sa.Column(
+        "producer_id",
+        sa.BigInteger,
+        sa.Identity(always=True, start=0, minvalue=0),
+        primary_key=True,
+        comment="The producer id, issued by InitProducerId from the column's sequence.",
+    ),
+    sa.Column(
+        "transactional_id",
+        sa.Text,
+        nullable=True,
+        comment="The transactional id this producer id serves; NULL for an idempotent-only producer "
+        "or a producer id retired by epoch exhaustion.",
+    ),
+    sa.Column(
+        "epoch", sa.SmallInteger, nullable=False, server_default=sa.text("0"), comment="The current epoch."
+    ),
+    sa.Column(
+        "last_epoch",
+        sa.SmallInteger,
+        nullable=True,
+        comment="The epoch before the last bump, so a retried bump can be recognised (KIP-360).",
+    ),
+    sa.Column(
+        "created_at",
+        sa.DateTime(timezone=True),
+        nullable=False,
+        server_default=_now(),
+        comment="When the producer id was issued.",
+    ),
+    sa.Column(
+        "last_used_at",
+        sa.DateTime(timezone=True),
+        nullable=False,
+        server_default=_now(),
+        comment="When the producer id last initialised or wrote; drives expiration.",
+    ),
+    sa.UniqueConstraint("transactional_id"),
+    sa.UniqueConstraint("producer_id", "transactional_id"),
+    sa.CheckConstraint(f"epoch BETWEEN 0 AND {MAX_PRODUCER_EPOCH}", name="epoch_range"),
+    sa.CheckConstraint(
+        f"last_epoch IS NULL OR last_epoch BETWEEN 0 AND {MAX_PRODUCER_EPOCH}", name="last_epoch_range"
+    ),
+    sa.CheckConstraint(
+        f"transactional_id IS NULL OR length(transactional_id) BETWEEN 1 AND {MAX_ID_LENGTH}",
+        name="transactional_id_length",
+    ),
+    comment="Producer ids and their epochs.",
+)
+
+producer_partition_state = sa.Table(
+    "producer_partition_state",
+    metadata,
+    sa.Column(
+        "producer_id",
+        sa.BigInteger,
+        sa.ForeignKey(producers.c.producer_id, ondelete="CASCADE"),
+        primary_key=True,
+        comment="The producer.",
+    ),
+    sa.Column("topic_id", sa.Integer, primary_key=True, comment="The topic."),
+    sa.Column("partition", sa.Integer, primary_key=True, comment="The partition."),
+    sa.Column(
+        "epoch",
+        sa.SmallInteger,
+        nullable=False,
+        comment="The epoch of the batches below; a bump resets them.",
+    ),
+    sa.Column(
+        "first_sequences",
+        pg.ARRAY(sa.Integer, dimensions=1),
+        nullable=False,
+        comment="First sequence of each retained batch, oldest first (at most 5).",
+    ),
+    sa.Column(
+        "last_sequences",
+        pg.ARRAY(sa.Integer, dimensions=1),
+        nullable=False,
+        comment="Last sequence of each retained batch, oldest first.",
+    ),
+    sa.Column(
+        "first_offsets",
+        pg.ARRAY(sa.BigInteger, dimensions=1),
+        nullable=False,
+        comment="Offset of the first record of each retained batch, oldest first.",
+    ),
+    sa.Column(
+        "last_offsets",
+        pg.ARRAY(sa.BigInteger, dimensions=1),
+        nullable=False,
+        comment="Offset of the last record of each retained batch, oldest first.",
+    ),
+    sa.Column(
+        "timestamps",
+        pg.ARRAY(sa.DateTime(timezone=True), dimensions=1),
+        nullable=False,
+        comment="Append time of each retained batch, returned again to a duplicate.",
+    ),
+    sa.Column(
+        "updated_at",
+        sa.DateTime(timezone=True),
+        nullable=False,
+        server_default=_now(),
+        comment="When this producer last wrote to this partition.",
+    ),
+    sa.ForeignKeyConstraint(
+        ["topic_id", "partition"],
+        [partitions.c.topic_id, partitions.c.partition],
+        ondelete="CASCADE",
+    ),
+    sa.CheckConstraint(f"epoch BETWEEN 0 AND {MAX_PRODUCER_EPOCH}", name="epoch_range"),
+    sa.CheckConstraint(
+        f"cardinality(first_sequences) BETWEEN 1 AND {DEDUP_WINDOW} "
+        "AND cardinality(last_sequences) = cardinality(first_sequences) "
+        "AND cardinality(first_offsets) = cardinality(first_sequences) "
+        "AND cardinality(last_offsets) = cardinality(first_sequences) "
+        "AND cardinality(timestamps) = cardinality(first_sequences)",
+        name="window_shape",
+    ),
+    comment="Per producer and partition: the last 5 batches, for sequence checks and duplicate detection. "
+    "Kept apart from the log, so retention never loses it; expires only when idle.",
+)
+
+transactions = sa.Table(
+    "transactions",
+    metadata,
+    sa.Column("transactional_id", sa.Text, primary_key=True, comment="The transactional id."),
+    sa.Column(
+        "producer_id",
+        sa.BigInteger,
+        nullable=False,
+        comment="The producer id currently serving this transactional id.",
+    ),
+    sa.Column(
+        "state",
+        sa.Text,
+        nullable=False,
+        server_default=sa.text("'Empty'"),
+        comment="The coordinator state: Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, "
+        "CompleteAbort or Dead. Transitions are checked and journalled by a trigger.",
+    ),
+    sa.Column(
+        "txn_number",
+        sa.BigInteger,
+        nullable=False,
+        server_default=sa.text("0"),
+        comment="Counts the transactions of this transactional id; every call names the one it acts on, "
+        "so a delayed call of transaction N can never touch transaction N+1.",
+    ),
+    sa.Column(
+        "timeout_ms",
+        sa.Integer,
+        nullable=False,
+        server_default=sa.text("60000"),
+        comment="The transaction timeout asked for by the producer at InitProducerId.",
+    ),
+    sa.Column(
+        "txn_started_at",
+        sa.DateTime(timezone=True),
+        nullable=True,
+        comment="When the open transaction started; NULL unless Ongoing or Prepare*.",
+    ),
+    sa.Column(
+        "updated_at",
+        sa.DateTime(timezone=True),
+        nullable=False,
+        server_default=_now(),
+        comment="When the state last changed; drives transactional id expiration.",
+    ),
+    # Deferred so an epoch-exhaustion swap (new producer id for the same transactional id) can
+    # retire the old producer row and install the new one inside one database transaction.
+    sa.ForeignKeyConstraint(
+        ["producer_id", "transactional_id"],
+        [producers.c.producer_id, producers.c.transactional_id],
+        deferrable=True,
+        initially="DEFERRED",
+    ),
+    sa.UniqueConstraint("producer_id"),
+    sa.CheckConstraint(_in("state", TXN_STATES), name="state_valid"),
+    sa.CheckConstraint("timeout_ms > 0", name="timeout_positive"),
+    sa.CheckConstraint("txn_number >= 0", name="txn_number_nonnegative"),
+    sa.CheckConstraint(
+        "(txn_started_at IS NOT NULL) = (state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort'))",
+        name="started_iff_open",
+    ),
+    sa.CheckConstraint(
+        f"length(transactional_id) BETWEEN 1 AND {MAX_ID_LENGTH}", name="transactional_id_length"
+    ),
+    comment="The transaction journal: the coordinator's current state per transactional id.",
+)
+
+txn_partitions = sa.Table(
+    "txn_partitions",
+    metadata,
+    sa.Column(
+        "transactional_id",
+        sa.Text,
+        sa.ForeignKey(transactions.c.transactional_id, ondelete="CASCADE"),
+        primary_key=True,
+        comment="The transaction.",
+    ),
+    sa.Column("topic_id", sa.Integer, primary_key=True, comment="The topic."),
+    sa.Column("partition", sa.Integer, primary_key=True, comment="The partition added to the transaction."),
+    sa.Column(
+        "first_offset",
+        sa.BigInteger,
+        nullable=True,
+        comment="Offset of the transaction's first record in this partition; NULL until one is written. "
+        "The smallest first offset of open transactions is the partition's last stable offset.",
+    ),
+    sa.ForeignKeyConstraint(
+        ["topic_id", "partition"],
+        [partitions.c.topic_id, partitions.c.partition],
+        ondelete="CASCADE",
+    ),
+    sa.CheckConstraint("first_offset IS NULL OR first_offset >= 0", name="first_offset_nonnegative"),
+    sa.Index(None, "topic_id", "partition"),
+    comment="The partitions of each open transaction (AddPartitionsToTxn), emptied when it completes.",
+)
+
+txn_history = sa.Table(
+    "txn_history",
+    metadata,
+    sa.Column(
+        "id", sa.BigInteger, sa.Identity(always=True), primary_key=True, comment="Order of the transitions."
+    ),
+    sa.Column(
+        "transactional_id",
+        sa.Text,
+        nullable=False,
+        comment="The transactional id (kept after the id itself is removed).",
+    ),
+    sa.Column("producer_id", sa.BigInteger, nullable=False, comment="The producer id after the transition."),
+    sa.Column(
+        "producer_epoch", sa.SmallInteger, nullable=False, comment="The producer epoch after the transition."
+    ),
+    sa.Column(
+        "txn_number", sa.BigInteger, nullable=False, comment="The transaction number after the transition."
+    ),
+    sa.Column(
+        "from_state", sa.Text, nullable=True, comment="The state before; NULL when the id was created."
+    ),
+    sa.Column("to_state", sa.Text, nullable=False, comment="The state after."),
+    sa.Column(
+        "at",
+        sa.DateTime(timezone=True),
+        nullable=False,
+        server_default=sa.text("clock_timestamp()"),
+        comment="When the transition happened.",
+    ),
+    sa.CheckConstraint(f"from_state IS NULL OR {_in('from_state', TXN_STATES)}", name="from_state_valid"),
+    sa.CheckConstraint(_in("to_state", TXN_STATES), name="to_state_valid"),
+    sa.Index(None, "transactional_id", "id"),
+    comment="Append-only history of every transaction state transition and epoch change (written by a "
+    "trigger on transactions; updates and deletes are refused).",
+)
+
+groups = sa.Table(
+    "groups",
+    metadata,
+    sa.Column("group_id", sa.Text, primary_key=True, comment="The consumer group id."),
+    sa.Column(
+        "state",
+        sa.Text,
+        nullable=False,
+        server_default=sa.text("'Empty'"),
+        comment="Empty, PreparingRebalance, CompletingRebalance, Stable or Dead.",
+    ),
+    sa.Column(
+        "generation",
+        sa.Integer,
+        nullable=False,
+        server_default=sa.text("0"),
+        comment="Bumped by every membership change; commits must name the current one.",
+    ),
+    sa.Column(
+        "assignor",
+        sa.Text,
+        nullable=False,
+        server_default=sa.text("'range'"),
+        comment="The partition assignment strategy computed by the store ('range' or 'roundrobin').",
+    ),
+    sa.Column(
+        "created_at",
+        sa.DateTime(timezone=True),
+        nullable=False,
+        server_default=_now(),
+        comment="When the group was created.",
+    ),
+    sa.Column(
+        "updated_at",
+        sa.DateTime(timezone=True),
+        nullable=False,
+        server_default=_now(),
+        comment="When the group last changed state or generation.",
+    ),
+    sa.CheckConstraint(_in("state", GROUP_STATES), name="state_valid"),
+    sa.CheckConstraint("generation >= 0", name="generation_nonnegative"),
+    sa.CheckConstraint("assignor IN ('range', 'roundrobin')", name="assignor_valid"),
+    sa.CheckConstraint(f"length(group_id) BETWEEN 1 AND {MAX_ID_LENGTH}", name="group_id_length"),
+    comment="Consumer groups and their generations.",
+)
+
+group_members = sa.Table(
+    "group_members",
+    metadata,
+    sa.Column(
+        "group_id",
+        sa.Text,
+        sa.ForeignKey(groups.c.group_id, ondelete="CASCADE"),
+        primary_key=True,
+        comment="The group.",
+    ),
+    sa.Column("member_id", sa.Text, primary_key=True, comment="The member id, issued by the store at join."),
+    sa.Column(
+        "group_instance_id",
+        sa.Text,
+        nullable=True,
+        comment="The static member id (group.instance.id); a restarted instance takes its place back.",
+    ),
+    sa.Column("client_id", sa.Text, nullable=True, comment="The client's self-description, for operators."),
+    sa.Column(
+        "subscription",
+        pg.ARRAY(sa.Text, dimensions=1),
+        nullable=False,
+        server_default=sa.text("'{}'"),
+        comment="The topics the member subscribed to.",
+    ),
+    sa.Column(
+        "session_timeout_ms",
+        sa.Integer,
+        nullable=False,
+        comment="A member silent for longer than this is removed.",
+    ),
+    sa.Column(
+        "joined_generation",
+        sa.Integer,
+        nullable=False,
+        comment="The generation in which the member joined.",
+    ),
+    sa.Column(
+        "last_heartbeat_at",
+        sa.DateTime(timezone=True),
+        nullable=False,
+        server_default=_now(),
+        comment="When the member last heartbeated.",
+    ),
+    sa.UniqueConstraint("group_id", "group_instance_id"),
+    sa.CheckConstraint("session_timeout_ms > 0", name="session_timeout_positive"),
+    sa.CheckConstraint("joined_generation >= 0", name="joined_generation_nonnegative"),
+    sa.CheckConstraint(
+        f"length(member_id) BETWEEN 1 AND {MAX_ID_LENGTH} "
+        f"AND (group_instance_id IS NULL OR length(group_instance_id) BETWEEN 1 AND {MAX_ID_LENGTH})",
+        name="id_length",
+    ),
+    comment="Members of each consumer group.",
+)
+
+member_assignments = sa.Table(
+    "member_assignments",
+    metadata,
+    sa.Column("group_id", sa.Text, primary_key=True, comment="The group."),
+    sa.Column("topic_id", sa.Integer, primary_key=True, comment="The topic."),
+    sa.Column("partition", sa.Integer, primary_key=True, comment="The partition."),
+    sa.Column("member_id", sa.Text, nullable=False, comment="The member that owns the partition."),
+    sa.Column(
+        "generation",
+        sa.Integer,
+        nullable=False,
+        comment="The generation in which this assignment was computed.",
+    ),
+    sa.ForeignKeyConstraint(
+        ["group_id", "member_id"],
+        [group_members.c.group_id, group_members.c.member_id],
+        ondelete="CASCADE",
+    ),
+    sa.ForeignKeyConstraint(
+        ["topic_id", "partition"],
+        [partitions.c.topic_id, partitions.c.partition],
+        ondelete="CASCADE",
+    ),
+    sa.Index(None, "group_id", "member_id"),
+    comment="The current assignment: each partition belongs to at most one member of a group.",
+)
+
+committed_offsets = sa.Table(
+    "committed_offsets",
+    metadata,
+    sa.Column(
+        "group_id",
+        sa.Text,
+        sa.ForeignKey(groups.c.group_id, ondelete="CASCADE"),
+        primary_key=True,
+        comment="The group.",
+    ),
+    sa.Column("topic_id", sa.Integer, primary_key=True, comment="The topic."),
+    sa.Column("partition", sa.Integer, primary_key=True, comment="The partition."),
+    sa.Column(
+        "committed_offset",
+        sa.BigInteger,
+        nullable=False,
+        comment="The next offset the group will consume in this partition.",
+    ),
+    sa.Column("metadata", sa.Text, nullable=False, server_default=sa.text("''"), comment="Client metadata."),
+    sa.Column(
+        "commit_seq",
+        sa.BigInteger,
+        nullable=False,
+        comment="Position of the commit in the store's commit order (offset_commit_seq); a transaction's "
+        "pending offsets replace these only if written later (Kafka's rule).",
+    ),
+    sa.Column(
+        "producer_id",
+        sa.BigInteger,
+        nullable=True,
+        comment="The transactional producer whose commit wrote this offset; NULL for a plain commit.",
+    ),
+    sa.Column(
+        "committed_at",
+        sa.DateTime(timezone=True),
+        nullable=False,
+        server_default=_now(),
+        comment="When the offset was committed.",
+    ),
+    sa.ForeignKeyConstraint(
+        ["topic_id", "partition"],
+        [partitions.c.topic_id, partitions.c.partition],
+        ondelete="CASCADE",
+    ),
+    sa.CheckConstraint("committed_offset >= 0", name="offset_nonnegative"),
+    sa.CheckConstraint(f"octet_length(metadata) <= {MAX_OFFSET_METADATA}", name="metadata_size"),
+    comment="Committed consumer group offsets.",
+)
+
+pending_offsets = sa.Table(
+    "pending_offsets",
+    metadata,
+    sa.Column(
+        "group_id",
+        sa.Text,
+        sa.ForeignKey(groups.c.group_id, ondelete="CASCADE"),
+        primary_key=True,
+        comment="The group.",
+    ),
+    sa.Column("topic_id", sa.Integer, primary_key=True, comment="The topic."),
+    sa.Column("partition", sa.Integer, primary_key=True, comment="The partition."),
+    sa.Column(
+        "producer_id",
+        sa.BigInteger,
+        sa.ForeignKey(producers.c.producer_id, ondelete="CASCADE"),
+        primary_key=True,
+        comment="The transactional producer whose open transaction holds this offset.",
+    ),
+    sa.Column(
+        "transactional_id",
+        sa.Text,
+        sa.ForeignKey(transactions.c.transactional_id, ondelete="CASCADE"),
+        nullable=False,
+        comment="The transaction that holds this offset.",
+    ),
+    sa.Column(
+        "committed_offset",
+        sa.BigInteger,
+        nullable=False,
+        comment="The offset to commit when the transaction commits.",
+    ),
+    sa.Column("metadata", sa.Text, nullable=False, server_default=sa.text("''"), comment="Client metadata."),
+    sa.Column(
+        "commit_seq",
+        sa.BigInteger,
+        nullable=False,
+        comment="Position of this TxnOffsetCommit in the store's commit order (offset_commit_seq).",
+    ),
+    sa.Column(
+        "generation",
+        sa.Integer,
+        nullable=False,
+        comment="The group generation the member committed in.",
+    ),
+    sa.Column("member_id", sa.Text, nullable=False, comment="The member that committed."),
+    sa.ForeignKeyConstraint(
+        ["topic_id", "partition"],
+        [partitions.c.topic_id, partitions.c.partition],
+        ondelete="CASCADE",
+    ),
+    sa.CheckConstraint("committed_offset >= 0", name="offset_nonnegative"),
+    sa.CheckConstraint(f"octet_length(metadata) <= {MAX_OFFSET_METADATA}", name="metadata_size"),
+    sa.Index(None, "transactional_id"),
+    comment="Offsets committed inside an open transaction (TxnOffsetCommit), applied by its commit "
+    "and dropped by its abort (KIP-447).",
+)

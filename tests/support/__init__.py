@@ -1,0 +1,1 @@
+"""Test-only helpers (fault injection, etc.); not part of the installed package."""

@@ -1,0 +1,118 @@
+"""The ``oncelog`` command as a user runs it: a subprocess, with its environment."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from oncelog.cli.context import CliContext
+from oncelog.embedded import EmbeddedPostgres
+from oncelog.store import create_engine
+
+
+def oncelog(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("ONCELOG_")}
+    return subprocess.run(
+        [sys.executable, "-m", "oncelog", *args],
+        capture_output=True,
+        text=True,
+        env={**base, **(env or {})},
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.fixture
+def dev_dir() -> Iterator[str]:
+    path = tempfile.mkdtemp(prefix="oncelog-cli-")
+    yield path
+    EmbeddedPostgres(path).destroy()
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_dev_db_commands(dev_dir: str) -> None:
+    env = {"ONCELOG_DEV_DB_DIR": dev_dir}
+    stopped = oncelog("dev-db", "status", env=env)
+    assert stopped.returncode == 3 and "running:        no" in stopped.stdout
+    started = oncelog("dev-db", "start", env=env)
+    assert started.returncode == 0, started.stderr
+    url = started.stdout.strip()
+    assert url.startswith("postgresql://postgres@127.0.0.1:")
+    assert oncelog("dev-db", "url", env=env).stdout.strip() == url
+    running = oncelog("dev-db", "status", env=env)
+    assert running.returncode == 0 and "running:        yes" in running.stdout
+    assert oncelog("dev-db", "stop", env=env).stdout.strip() == "stopped"
+    assert oncelog("dev-db", "stop", env=env).stdout.strip() == "not running"
+
+
+def test_demo_on_the_embedded_default(dev_dir: str) -> None:
+    """The README's main job: start the private server, migrate, show the schema's status."""
+    result = oncelog("demo", env={"ONCELOG_DEV_DB_DIR": dev_dir, "COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    assert "at revision 0001 (head, no drift)" in result.stdout
+    for table in ("records", "producers", "transactions", "txn_history", "pending_offsets"):
+        assert table in result.stdout
+    # The second run reuses the server and the schema.
+    again = oncelog("demo", env={"ONCELOG_DEV_DB_DIR": dev_dir, "COLUMNS": "200"})
+    assert again.returncode == 0, again.stderr
+
+
+def test_db_commands_against_an_external_server(empty_db_url: str) -> None:
+    """ONCELOG_DATABASE_URL: upgrade, current, check (clean, then drifted), downgrade."""
+    env = {"ONCELOG_DATABASE_URL": empty_db_url}
+    assert oncelog("db", "current", env=env).stdout.startswith("none")
+    check = oncelog("db", "check", env=env)
+    assert check.returncode == 1 and "oncelog db upgrade" in check.stderr
+    up = oncelog("db", "upgrade", env=env)
+    assert up.returncode == 0, up.stderr
+    assert oncelog("db", "current", env=env).stdout.strip() == "0001 (head)"
+    assert oncelog("db", "check", env=env).returncode == 0
+
+    engine = create_engine(empty_db_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE records DROP COLUMN headers"))
+    engine.dispose()
+    drift = oncelog("db", "check", env=env)
+    assert drift.returncode == 1
+    assert "drifted" in drift.stderr and "headers" in drift.stderr
+
+    down = oncelog("db", "downgrade", "base", env=env)
+    assert down.returncode == 0, down.stderr
+    assert oncelog("db", "current", env=env).stdout.startswith("none")
+
+
+def test_schema_option(empty_db_url: str) -> None:
+    env = {"ONCELOG_DATABASE_URL": empty_db_url, "ONCELOG_SCHEMA": "analytics_log"}
+    assert oncelog("db", "upgrade", env=env).returncode == 0
+    assert oncelog("db", "check", env=env).returncode == 0
+    bad = oncelog("--schema", "Robert'); DROP", "db", "upgrade", env=env)
+    assert bad.returncode == 1 and "invalid schema name" in bad.stderr
+
+
+def test_missing_server_binaries(dev_dir: str, tmp_path: Path) -> None:
+    result = oncelog(
+        "dev-db", "start", env={"ONCELOG_DEV_DB_DIR": dev_dir, "ONCELOG_PG_BIN_DIR": str(tmp_path)}
+    )
+    assert result.returncode == 1
+    assert "apt-get install -y postgresql" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unreachable_server_is_a_clear_error() -> None:
+    result = oncelog("db", "current", env={"ONCELOG_DATABASE_URL": "postgresql://u:s3cret@127.0.0.1:1/x"})
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "s3cret" not in result.stderr
+
+
+def test_passwords_never_in_repr() -> None:
+    ctx = CliContext(database_url="postgresql://app:hunter2@db:5432/x", schema="oncelog", dev_db_dir=None)
+    assert "hunter2" not in repr(ctx)

@@ -1,0 +1,25 @@
+"""The code type-checks (mypy --strict) and lints clean (ruff), as part of the test suite."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+def test_mypy_strict() -> None:
+    result = _run("mypy", "-p", "oncelog")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff() -> None:
+    result = _run("ruff", "check", "--no-cache", ".")
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,48 @@
+"""The error hierarchy: one class per protocol error, flags like Kafka's, codes unique."""
+
+from __future__ import annotations
+
+import pytest
+
+from oncelog import errors
+
+
+def _all() -> list[type[errors.OncelogError]]:
+    out: list[type[errors.OncelogError]] = []
+    todo = [errors.OncelogError]
+    while todo:
+        cls = todo.pop()
+        out.append(cls)
+        todo.extend(cls.__subclasses__())
+    return out
+
+
+def test_sqlstates_are_ours_and_unique() -> None:
+    codes = [c.sqlstate for c in _all() if c.sqlstate]
+    assert len(codes) == len(set(codes))
+    assert all(len(c) == 5 and c.startswith("OL") for c in codes)
+    for cls in _all():
+        if cls.sqlstate:
+            assert errors.error_for_sqlstate(cls.sqlstate) is cls
+
+
+def test_flags_follow_kafka() -> None:
+    assert errors.ProducerFencedError.fatal and not errors.ProducerFencedError.retriable
+    assert errors.InvalidProducerIdMappingError.fatal
+    assert errors.InvalidProducerEpochError.abortable  # since Kafka 2.7, not fatal
+    assert errors.ConcurrentTransactionsError.retriable
+    assert errors.UnstableOffsetCommitError.retriable
+    assert errors.DatabaseUnavailableError.retriable
+    assert not errors.OutOfOrderSequenceError.retriable
+    for cls in _all():
+        assert sum([cls.retriable, cls.abortable, cls.fatal]) <= 1, cls
+
+
+def test_docstring_is_the_default_message() -> None:
+    assert str(errors.ProducerFencedError()).startswith("Another producer instance")
+    assert str(errors.ProducerFencedError("custom")) == "custom"
+
+
+@pytest.mark.parametrize("cls", [c for c in _all() if c is not errors.OncelogError])
+def test_every_error_is_documented(cls: type[errors.OncelogError]) -> None:
+    assert cls.__doc__ and cls.__doc__.strip()
