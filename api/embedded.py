@@ -66,23 +66,17 @@ def find_server_binaries(bin_dir: str | os.PathLike[str] | None = None) -> Path:
     """
 
     def complete(d: Path) -> bool:
-        return all(
-            (d / exe).is_file() and os.access(d / exe, os.X_OK) for exe in ("initdb", "pg_ctl", "postgres")
-        )
+        return all((d / exe).is_file() and os.access(d / exe, os.X_OK) for exe in ("initdb", "pg_ctl", "postgres"))
 
     candidates: list[Path] = []
     if bin_dir is not None:
         candidates.append(Path(bin_dir))
     else:
-        candidates += [
-            Path(p) for p in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=_version_key, reverse=True)
-        ]
+        candidates += [Path(p) for p in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=_version_key, reverse=True)]
         pg_config = shutil.which("pg_config")
         if pg_config:
             with contextlib.suppress(OSError, subprocess.SubprocessError):
-                out = subprocess.run(
-                    [pg_config, "--bindir"], capture_output=True, text=True, timeout=10, check=True
-                )
+                out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, timeout=10, check=True)
                 candidates.append(Path(out.stdout.strip()))
         initdb = shutil.which("initdb")
         if initdb:

@@ -158,6 +158,16 @@ class InvalidRecordError(OncelogError):
     sqlstate = "OL107"
 
 
+class DeliveryTimeoutError(RetriableError):
+    """The record was not acknowledged within delivery_timeout_ms; it may or may not have been written."""
+
+    kafka_name = "REQUEST_TIMED_OUT"
+
+
+class ProducerClosedError(OncelogError):
+    """The producer is closed; records sent to it are not delivered."""
+
+
 class OffsetOutOfRangeError(OncelogError):
     """The requested offset is outside the partition's log."""
 

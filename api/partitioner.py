@@ -96,9 +96,7 @@ def to_positive(n: int) -> int:
 def _check_num_partitions(num_partitions: int) -> None:
     # bool is an int subclass; True as a partition count is a bug, not a topic of one partition.
     if isinstance(num_partitions, bool) or not isinstance(num_partitions, int) or num_partitions <= 0:
-        raise InvalidPartitionsError(
-            f"the number of partitions must be a positive integer, got {num_partitions!r}"
-        )
+        raise InvalidPartitionsError(f"the number of partitions must be a positive integer, got {num_partitions!r}")
 
 
 def partition_for_key(key: BytesLike, num_partitions: int) -> int:

@@ -157,8 +157,7 @@ def serialize_json(value: Any) -> bytes | None:
         # an infinity or a circular reference; UnicodeEncodeError (a ValueError): a lone
         # surrogate in a str.
         raise InvalidRecordError(
-            f"the 'json' serializer expects {_JSON_TYPES}, got {_type_name(value)} that cannot be "
-            f"encoded: {exc}"
+            f"the 'json' serializer expects {_JSON_TYPES}, got {_type_name(value)} that cannot be encoded: {exc}"
         ) from exc
 
 
@@ -183,9 +182,7 @@ def deserialize_json(data: bytes | None) -> Any:
         return json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
     except (ValueError, RecursionError) as exc:
         # ValueError covers json.JSONDecodeError and UnicodeDecodeError.
-        raise InvalidRecordError(
-            f"the 'json' deserializer cannot parse the data as UTF-8 JSON: {exc}"
-        ) from exc
+        raise InvalidRecordError(f"the 'json' deserializer cannot parse the data as UTF-8 JSON: {exc}") from exc
 
 
 # --- lookup by name ------------------------------------------------------------------------------

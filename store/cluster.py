@@ -35,16 +35,12 @@ def database_exists(url: str | URL, name: str) -> bool:
     engine = _admin_engine(url)
     try:
         with engine.connect() as conn:
-            return bool(
-                conn.execute(sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).scalar()
-            )
+            return bool(conn.execute(sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).scalar())
     finally:
         engine.dispose()
 
 
-def create_database(
-    url: str | URL, name: str, *, template: str | None = None, exist_ok: bool = False
-) -> None:
+def create_database(url: str | URL, name: str, *, template: str | None = None, exist_ok: bool = False) -> None:
     """Create database ``name`` (optionally as a copy of ``template``) in the cluster behind ``url``."""
     name = _dbname(name)
     if exist_ok and database_exists(url, name):

@@ -26,9 +26,7 @@ def validate_schema(schema: str) -> str:
     without quoting rules becoming part of the security model.
     """
     if not _SCHEMA_RE.match(schema):
-        raise ConfigurationError(
-            f"invalid schema name {schema!r}: use lower-case letters, digits and '_' (at most 63)"
-        )
+        raise ConfigurationError(f"invalid schema name {schema!r}: use lower-case letters, digits and '_' (at most 63)")
     return schema
 
 
@@ -41,9 +39,7 @@ def database_url(url: str | URL) -> URL:
     try:
         parsed = make_url(url) if isinstance(url, str) else url
     except sa.exc.ArgumentError as exc:
-        raise ConfigurationError(
-            "invalid database URL (expected postgresql://user@host:port/dbname)"
-        ) from exc
+        raise ConfigurationError("invalid database URL (expected postgresql://user@host:port/dbname)") from exc
     backend = parsed.get_backend_name()
     if backend not in ("postgresql", "postgres"):
         raise ConfigurationError(f"unsupported database URL scheme {backend!r}: oncelog needs postgresql://")

@@ -189,7 +189,15 @@ partitions = sa.Table(
         comment="The offset the next record will get: the log end offset (high watermark). "
         "Appenders lock this row until commit, so offsets are dense and commit in order.",
     ),
+    sa.Column(
+        "log_bytes",
+        sa.BigInteger,
+        nullable=False,
+        server_default=sa.text("0"),
+        comment="Bytes of keys, values and headers between the log start and end; drives size retention.",
+    ),
     sa.CheckConstraint("partition >= 0", name="partition_nonnegative"),
+    sa.CheckConstraint("log_bytes >= 0", name="log_bytes_nonnegative"),
     sa.CheckConstraint("log_start_offset >= 0 AND next_offset >= log_start_offset", name="offsets_ordered"),
     comment="Partitions of each topic, with the offsets that bound their log. "
     "The row is the append lock of its partition.",
@@ -207,9 +215,7 @@ records = sa.Table(
         nullable=True,
         comment="The producer that wrote the record; NULL for a producer without idempotence.",
     ),
-    sa.Column(
-        "producer_epoch", sa.SmallInteger, nullable=True, comment="The producer's epoch at write time."
-    ),
+    sa.Column("producer_epoch", sa.SmallInteger, nullable=True, comment="The producer's epoch at write time."),
     sa.Column(
         "sequence",
         sa.Integer,
@@ -289,9 +295,7 @@ producers = sa.Table(
         comment="The transactional id this producer id serves; NULL for an idempotent-only producer "
         "or a producer id retired by epoch exhaustion.",
     ),
-    sa.Column(
-        "epoch", sa.SmallInteger, nullable=False, server_default=sa.text("0"), comment="The current epoch."
-    ),
+    sa.Column("epoch", sa.SmallInteger, nullable=False, server_default=sa.text("0"), comment="The current epoch."),
     sa.Column(
         "last_epoch",
         sa.SmallInteger,
@@ -315,9 +319,7 @@ producers = sa.Table(
     sa.UniqueConstraint("transactional_id"),
     sa.UniqueConstraint("producer_id", "transactional_id"),
     sa.CheckConstraint(f"epoch BETWEEN 0 AND {MAX_PRODUCER_EPOCH}", name="epoch_range"),
-    sa.CheckConstraint(
-        f"last_epoch IS NULL OR last_epoch BETWEEN 0 AND {MAX_PRODUCER_EPOCH}", name="last_epoch_range"
-    ),
+    sa.CheckConstraint(f"last_epoch IS NULL OR last_epoch BETWEEN 0 AND {MAX_PRODUCER_EPOCH}", name="last_epoch_range"),
     sa.CheckConstraint(
         f"transactional_id IS NULL OR length(transactional_id) BETWEEN 1 AND {MAX_ID_LENGTH}",
         name="transactional_id_length",
@@ -460,9 +462,7 @@ transactions = sa.Table(
         "(txn_started_at IS NOT NULL) = (state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort'))",
         name="started_iff_open",
     ),
-    sa.CheckConstraint(
-        f"length(transactional_id) BETWEEN 1 AND {MAX_ID_LENGTH}", name="transactional_id_length"
-    ),
+    sa.CheckConstraint(f"length(transactional_id) BETWEEN 1 AND {MAX_ID_LENGTH}", name="transactional_id_length"),
     comment="The transaction journal: the coordinator's current state per transactional id.",
 )
 
@@ -498,9 +498,7 @@ txn_partitions = sa.Table(
 txn_history = sa.Table(
     "txn_history",
     metadata,
-    sa.Column(
-        "id", sa.BigInteger, sa.Identity(always=True), primary_key=True, comment="Order of the transitions."
-    ),
+    sa.Column("id", sa.BigInteger, sa.Identity(always=True), primary_key=True, comment="Order of the transitions."),
     sa.Column(
         "transactional_id",
         sa.Text,
@@ -508,15 +506,9 @@ txn_history = sa.Table(
         comment="The transactional id (kept after the id itself is removed).",
     ),
     sa.Column("producer_id", sa.BigInteger, nullable=False, comment="The producer id after the transition."),
-    sa.Column(
-        "producer_epoch", sa.SmallInteger, nullable=False, comment="The producer epoch after the transition."
-    ),
-    sa.Column(
-        "txn_number", sa.BigInteger, nullable=False, comment="The transaction number after the transition."
-    ),
-    sa.Column(
-        "from_state", sa.Text, nullable=True, comment="The state before; NULL when the id was created."
-    ),
+    sa.Column("producer_epoch", sa.SmallInteger, nullable=False, comment="The producer epoch after the transition."),
+    sa.Column("txn_number", sa.BigInteger, nullable=False, comment="The transaction number after the transition."),
+    sa.Column("from_state", sa.Text, nullable=True, comment="The state before; NULL when the id was created."),
     sa.Column("to_state", sa.Text, nullable=False, comment="The state after."),
     sa.Column(
         "at",

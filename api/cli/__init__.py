@@ -58,9 +58,7 @@ def cli(
     ctx: click.Context, database_url: str | None, schema: str, dev_db_dir: str | None, pg_bin_dir: str | None
 ) -> None:
     """oncelog: Kafka's exactly-once semantics on PostgreSQL."""
-    ctx.obj = CliContext(
-        database_url=database_url or None, schema=schema, dev_db_dir=dev_db_dir, pg_bin_dir=pg_bin_dir
-    )
+    ctx.obj = CliContext(database_url=database_url or None, schema=schema, dev_db_dir=dev_db_dir, pg_bin_dir=pg_bin_dir)
     ctx.call_on_close(ctx.obj.close)
 
 

@@ -210,9 +210,7 @@ def upgrade(schema: str) -> None:
             name=op.f("ck_producers_transactional_id_length"),
         ),
         sa.PrimaryKeyConstraint("producer_id", name=op.f("pk_producers")),
-        sa.UniqueConstraint(
-            "producer_id", "transactional_id", name=op.f("uq_producers_producer_id_transactional_id")
-        ),
+        sa.UniqueConstraint("producer_id", "transactional_id", name=op.f("uq_producers_producer_id_transactional_id")),
         sa.UniqueConstraint("transactional_id", name=op.f("uq_producers_transactional_id")),
         comment="Producer ids and their epochs.",
     )
@@ -324,9 +322,7 @@ def upgrade(schema: str) -> None:
             nullable=False,
             comment="The transactional id (kept after the id itself is removed).",
         ),
-        sa.Column(
-            "producer_id", sa.BigInteger(), nullable=False, comment="The producer id after the transition."
-        ),
+        sa.Column("producer_id", sa.BigInteger(), nullable=False, comment="The producer id after the transition."),
         sa.Column(
             "producer_epoch",
             sa.SmallInteger(),
@@ -339,9 +335,7 @@ def upgrade(schema: str) -> None:
             nullable=False,
             comment="The transaction number after the transition.",
         ),
-        sa.Column(
-            "from_state", sa.Text(), nullable=True, comment="The state before; NULL when the id was created."
-        ),
+        sa.Column("from_state", sa.Text(), nullable=True, comment="The state before; NULL when the id was created."),
         sa.Column("to_state", sa.Text(), nullable=False, comment="The state after."),
         sa.Column(
             "at",
@@ -361,24 +355,18 @@ def upgrade(schema: str) -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_txn_history")),
         comment="Append-only history of every transaction state transition and epoch change (written by a trigger on transactions; updates and deletes are refused).",
     )
-    op.create_index(
-        op.f("ix_txn_history_transactional_id_id"), "txn_history", ["transactional_id", "id"], unique=False
-    )
+    op.create_index(op.f("ix_txn_history_transactional_id_id"), "txn_history", ["transactional_id", "id"], unique=False)
     op.create_table(
         "group_members",
         sa.Column("group_id", sa.Text(), nullable=False, comment="The group."),
-        sa.Column(
-            "member_id", sa.Text(), nullable=False, comment="The member id, issued by the store at join."
-        ),
+        sa.Column("member_id", sa.Text(), nullable=False, comment="The member id, issued by the store at join."),
         sa.Column(
             "group_instance_id",
             sa.Text(),
             nullable=True,
             comment="The static member id (group.instance.id); a restarted instance takes its place back.",
         ),
-        sa.Column(
-            "client_id", sa.Text(), nullable=True, comment="The client's self-description, for operators."
-        ),
+        sa.Column("client_id", sa.Text(), nullable=True, comment="The client's self-description, for operators."),
         sa.Column(
             "subscription",
             postgresql.ARRAY(sa.Text(), dimensions=1),
@@ -405,9 +393,7 @@ def upgrade(schema: str) -> None:
             nullable=False,
             comment="When the member last heartbeated.",
         ),
-        sa.CheckConstraint(
-            "joined_generation >= 0", name=op.f("ck_group_members_joined_generation_nonnegative")
-        ),
+        sa.CheckConstraint("joined_generation >= 0", name=op.f("ck_group_members_joined_generation_nonnegative")),
         sa.CheckConstraint(
             "length(member_id) BETWEEN 1 AND 255 AND (group_instance_id IS NULL OR length(group_instance_id) BETWEEN 1 AND 255)",
             name=op.f("ck_group_members_id_length"),
@@ -420,9 +406,7 @@ def upgrade(schema: str) -> None:
             ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("group_id", "member_id", name=op.f("pk_group_members")),
-        sa.UniqueConstraint(
-            "group_id", "group_instance_id", name=op.f("uq_group_members_group_id_group_instance_id")
-        ),
+        sa.UniqueConstraint("group_id", "group_instance_id", name=op.f("uq_group_members_group_id_group_instance_id")),
         comment="Members of each consumer group.",
     )
     op.create_table(
@@ -532,9 +516,7 @@ def upgrade(schema: str) -> None:
             nullable=False,
             comment="The next offset the group will consume in this partition.",
         ),
-        sa.Column(
-            "metadata", sa.Text(), server_default=sa.text("''"), nullable=False, comment="Client metadata."
-        ),
+        sa.Column("metadata", sa.Text(), server_default=sa.text("''"), nullable=False, comment="Client metadata."),
         sa.Column(
             "commit_seq",
             sa.BigInteger(),
@@ -615,18 +597,14 @@ def upgrade(schema: str) -> None:
             nullable=False,
             comment="The transactional producer whose open transaction holds this offset.",
         ),
-        sa.Column(
-            "transactional_id", sa.Text(), nullable=False, comment="The transaction that holds this offset."
-        ),
+        sa.Column("transactional_id", sa.Text(), nullable=False, comment="The transaction that holds this offset."),
         sa.Column(
             "committed_offset",
             sa.BigInteger(),
             nullable=False,
             comment="The offset to commit when the transaction commits.",
         ),
-        sa.Column(
-            "metadata", sa.Text(), server_default=sa.text("''"), nullable=False, comment="Client metadata."
-        ),
+        sa.Column("metadata", sa.Text(), server_default=sa.text("''"), nullable=False, comment="Client metadata."),
         sa.Column(
             "commit_seq",
             sa.BigInteger(),
@@ -666,14 +644,10 @@ def upgrade(schema: str) -> None:
             name=op.f("fk_pending_offsets_transactional_id_transactions"),
             ondelete="CASCADE",
         ),
-        sa.PrimaryKeyConstraint(
-            "group_id", "topic_id", "partition", "producer_id", name=op.f("pk_pending_offsets")
-        ),
+        sa.PrimaryKeyConstraint("group_id", "topic_id", "partition", "producer_id", name=op.f("pk_pending_offsets")),
         comment="Offsets committed inside an open transaction (TxnOffsetCommit), applied by its commit and dropped by its abort (KIP-447).",
     )
-    op.create_index(
-        op.f("ix_pending_offsets_transactional_id"), "pending_offsets", ["transactional_id"], unique=False
-    )
+    op.create_index(op.f("ix_pending_offsets_transactional_id"), "pending_offsets", ["transactional_id"], unique=False)
     op.create_table(
         "producer_partition_state",
         sa.Column("producer_id", sa.BigInteger(), nullable=False, comment="The producer."),
@@ -739,27 +713,21 @@ def upgrade(schema: str) -> None:
             name=op.f("fk_producer_partition_state_topic_id_partition_partitions"),
             ondelete="CASCADE",
         ),
-        sa.PrimaryKeyConstraint(
-            "producer_id", "topic_id", "partition", name=op.f("pk_producer_partition_state")
-        ),
+        sa.PrimaryKeyConstraint("producer_id", "topic_id", "partition", name=op.f("pk_producer_partition_state")),
         comment="Per producer and partition: the last 5 batches, for sequence checks and duplicate detection. Kept apart from the log, so retention never loses it; expires only when idle.",
     )
     op.create_table(
         "records",
         sa.Column("topic_id", sa.Integer(), nullable=False, comment="The topic."),
         sa.Column("partition", sa.Integer(), nullable=False, comment="The partition."),
-        sa.Column(
-            "offset", sa.BigInteger(), nullable=False, comment="The record's offset, dense per partition."
-        ),
+        sa.Column("offset", sa.BigInteger(), nullable=False, comment="The record's offset, dense per partition."),
         sa.Column(
             "producer_id",
             sa.BigInteger(),
             nullable=True,
             comment="The producer that wrote the record; NULL for a producer without idempotence.",
         ),
-        sa.Column(
-            "producer_epoch", sa.SmallInteger(), nullable=True, comment="The producer's epoch at write time."
-        ),
+        sa.Column("producer_epoch", sa.SmallInteger(), nullable=True, comment="The producer's epoch at write time."),
         sa.Column(
             "sequence",
             sa.Integer(),
@@ -780,9 +748,7 @@ def upgrade(schema: str) -> None:
             comment="'commit' or 'abort' for a transaction marker written by the coordinator; NULL for data.",
         ),
         sa.Column("key", postgresql.BYTEA(), nullable=True, comment="The record key."),
-        sa.Column(
-            "value", postgresql.BYTEA(), nullable=True, comment="The record value; NULL is a tombstone."
-        ),
+        sa.Column("value", postgresql.BYTEA(), nullable=True, comment="The record value; NULL is a tombstone."),
         sa.Column(
             "headers",
             postgresql.JSONB(astext_type=sa.Text()),
@@ -797,9 +763,7 @@ def upgrade(schema: str) -> None:
             comment="The record's timestamp: the producer's create time, or the append time if none was given.",
         ),
         sa.CheckConstraint("control_type IN ('commit', 'abort')", name=op.f("ck_records_control_type_valid")),
-        sa.CheckConstraint(
-            "headers IS NULL OR jsonb_typeof(headers) = 'array'", name=op.f("ck_records_headers_array")
-        ),
+        sa.CheckConstraint("headers IS NULL OR jsonb_typeof(headers) = 'array'", name=op.f("ck_records_headers_array")),
         sa.CheckConstraint('"offset" >= 0', name=op.f("ck_records_offset_nonnegative")),
         sa.CheckConstraint(
             "(producer_id IS NULL) = (producer_epoch IS NULL)", name=op.f("ck_records_producer_id_with_epoch")
@@ -836,9 +800,7 @@ def upgrade(schema: str) -> None:
         "txn_partitions",
         sa.Column("transactional_id", sa.Text(), nullable=False, comment="The transaction."),
         sa.Column("topic_id", sa.Integer(), nullable=False, comment="The topic."),
-        sa.Column(
-            "partition", sa.Integer(), nullable=False, comment="The partition added to the transaction."
-        ),
+        sa.Column("partition", sa.Integer(), nullable=False, comment="The partition added to the transaction."),
         sa.Column(
             "first_offset",
             sa.BigInteger(),

@@ -102,9 +102,9 @@ class ProxyStats:
     upstream_failures: int
     """Accepted connections dropped because the upstream server could not be reached."""
     bytes_client_to_server: int
-    """Bytes forwarded from clients to the server."""
+    """Bytes forwarded (or being forwarded) from clients to the server."""
     bytes_server_to_client: int
-    """Bytes forwarded from the server to clients."""
+    """Bytes forwarded (or being forwarded) from the server to clients."""
     bytes_dropped: int
     """Bytes read by the proxy and discarded by a fault (either direction)."""
     chunks_stalled: int
@@ -291,7 +291,6 @@ class FaultProxy:
 
     def __init__(self, upstream_host: str, upstream_port: int) -> None:
         self._upstream = (_loopback_address(upstream_host), upstream_port)
-        self._family = socket.AF_INET6 if ":" in self._upstream[0] else socket.AF_INET
         self.port: int = 0
         """The port the proxy listens on (127.0.0.1); set by :meth:`start`."""
         self._lock = threading.Lock()
@@ -612,14 +611,16 @@ class FaultProxy:
                 out = self._from_client(conn, data) if upstream else self._from_server(conn, data)
                 if out is None:  # a fault cut the connection
                     break
-                if out and not self._send_all(conn, dst, out):
-                    conn.shutdown(reset=False)
-                    break
+                # Counted before sending, so that whatever a peer has received is already in
+                # the stats when it looks (a test may read them right after its query returns).
                 with self._lock:
                     if upstream:
                         self._bytes_up += len(out)
                     else:
                         self._bytes_down += len(out)
+                if out and not self._send_all(conn, dst, out):
+                    conn.shutdown(reset=False)
+                    break
         except Exception:
             # A pump must never raise into the thread machinery (pytest turns that into a test
             # failure somewhere unrelated); log it and reset the connection instead.

@@ -1,0 +1,124 @@
+"""Batches waiting to be sent, per partition (the producer's RecordAccumulator).
+
+Pure bookkeeping under the producer's lock: no I/O here. A partition's batches leave in order,
+one at a time, so sequence numbers are assigned in order and a batch is never overtaken.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from oncelog.store.records import Headers
+from oncelog.types import RecordMetadata, TopicPartition
+
+_batch_ids = itertools.count()
+
+
+@dataclass(slots=True)
+class PendingRecord:
+    """A serialized record and the future its sender waits on."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: Headers | None
+    timestamp: datetime | None
+    size: int
+    future: Future[RecordMetadata]
+
+
+@dataclass(slots=True)
+class ProducerBatch:
+    """Records for one partition that are sent (and retried) together.
+
+    ``base_sequence`` and ``epoch`` are fixed when the batch is first sent and kept for every
+    retry, which is what lets the store recognise a retry as a duplicate; an epoch bump clears
+    them, and the batch is sequenced again under the new epoch.
+    """
+
+    tp: TopicPartition
+    created: float
+    records: list[PendingRecord] = field(default_factory=list)
+    size: int = 0
+    full: bool = False
+    base_sequence: int | None = None
+    epoch: int | None = None
+    producer_id: int | None = None
+    attempts: int = 0
+    next_attempt_at: float = 0.0
+    id: int = field(default_factory=lambda: next(_batch_ids))
+
+    @property
+    def sent_once(self) -> bool:
+        """Whether an attempt may have reached the store (its outcome may be unknown)."""
+        return self.attempts > 0
+
+
+class RecordAccumulator:
+    """Per-partition queues of batches. Not thread-safe: the producer holds its lock around calls."""
+
+    def __init__(self, *, batch_size: int, max_batch_records: int) -> None:
+        self._batch_size = batch_size
+        self._max_records = max_batch_records
+        self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self.buffered_bytes = 0
+
+    def append(self, tp: TopicPartition, record: PendingRecord, now: float) -> ProducerBatch:
+        """Add ``record`` to the open batch of ``tp`` (a new one if none is open); return that batch."""
+        queue = self._queues.setdefault(tp, deque())
+        batch = queue[-1] if queue and not queue[-1].full and not queue[-1].sent_once else None
+        if batch is None:
+            batch = ProducerBatch(tp=tp, created=now)
+            queue.append(batch)
+        batch.records.append(record)
+        batch.size += record.size
+        self.buffered_bytes += record.size
+        if batch.size >= self._batch_size or len(batch.records) >= self._max_records:
+            batch.full = True
+        return batch
+
+    def ready(self, now: float, linger: float, flush: bool) -> list[ProducerBatch]:
+        """Head batches that may be sent now: full, lingered long enough, followed by another
+        batch, flushing, or due for a retry."""
+        out = []
+        for queue in self._queues.values():
+            if not queue:
+                continue
+            head = queue[0]
+            if head.next_attempt_at > now:
+                continue
+            if head.sent_once or head.full or flush or len(queue) > 1 or now - head.created >= linger:
+                out.append(head)
+        return out
+
+    def next_wakeup(self, now: float, linger: float) -> float | None:
+        """Seconds until some head batch becomes ready (None: nothing is queued)."""
+        times = []
+        for queue in self._queues.values():
+            if queue:
+                head = queue[0]
+                due = head.next_attempt_at if head.sent_once else head.created + linger
+                times.append(max(due - now, 0.0))
+        return min(times) if times else None
+
+    def complete(self, batch: ProducerBatch) -> None:
+        """Remove a finished (acknowledged or failed) batch, which must be its partition's head."""
+        queue = self._queues[batch.tp]
+        if not queue or queue[0] is not batch:
+            raise RuntimeError("completed batch is not the head of its partition queue")
+        queue.popleft()
+        self.buffered_bytes -= batch.size
+        if not queue:
+            del self._queues[batch.tp]
+
+    def batches(self) -> Iterator[ProducerBatch]:
+        """Every queued batch, head first per partition."""
+        for queue in self._queues.values():
+            yield from queue
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self._queues.values())

@@ -1,0 +1,502 @@
+"""``oncelog.Producer``: the idempotent producer.
+
+``send()`` serializes a record, picks its partition and queues it; a background sender thread
+sends each partition's batches in order over one autocommit connection (each batch is one
+``produce_v1`` call: one round trip, one database transaction).
+
+Exactly-once delivery per partition comes from the store's duplicate detection: a batch keeps its
+producer id, epoch and sequence numbers across retries, so a retry after a lost reply is answered
+with the original offsets instead of appending again. When a batch's outcome stays unknown until
+``delivery_timeout_ms`` (or the store's sequence state disagrees with ours), the producer bumps its
+epoch and restarts its sequences (KIP-360) and carries on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from oncelog import errors
+from oncelog.accumulator import PendingRecord, ProducerBatch, RecordAccumulator
+from oncelog.client import Client
+from oncelog.partitioner import DefaultPartitioner, Partitioner
+from oncelog.serde import Serializer, resolve_serializer
+from oncelog.store import log, topics
+from oncelog.store.engine import DEFAULT_SCHEMA
+from oncelog.store.records import Headers, ProducerIdAndEpoch, RecordIn, encode_headers, record_size
+from oncelog.types import RecordMetadata, TopicPartition
+
+logger = logging.getLogger(__name__)
+
+Callback = Callable[[RecordMetadata | None, BaseException | None], None]
+
+#: Kafka's sequence space: 31 bits, wrapping to 0.
+_SEQUENCE_MODULUS = 2**31
+#: Errors meaning the store's sequence state for us is not what we think: restart under a new epoch.
+_RESEQUENCE = (errors.OutOfOrderSequenceError, errors.UnknownProducerIdError, errors.InvalidProducerEpochError)
+
+
+class Producer(Client):
+    """Send records to topics; retries never duplicate or reorder a record within a partition.
+
+    >>> with Producer(url, linger_ms=5) as producer:
+    ...     meta = producer.send("orders", b"value", key=b"key").result()
+    """
+
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        enable_idempotence: bool = True,
+        linger_ms: float = 5,
+        batch_size: int = 16384,
+        max_batch_records: int = 10_000,
+        buffer_memory: int = 32 * 1024 * 1024,
+        max_block_ms: float = 60_000,
+        max_in_flight: int = 5,
+        delivery_timeout_ms: float = 120_000,
+        retry_backoff_ms: float = 100,
+        retry_backoff_max_ms: float = 1000,
+        metadata_max_age_ms: float = 300_000,
+        key_serializer: str | Serializer | None = "bytes",
+        value_serializer: str | Serializer | None = "bytes",
+        partitioner: Partitioner | None = None,
+    ) -> None:
+        _check_config(
+            linger_ms=linger_ms,
+            batch_size=batch_size,
+            max_batch_records=max_batch_records,
+            buffer_memory=buffer_memory,
+            max_in_flight=max_in_flight,
+            delivery_timeout_ms=delivery_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+            retry_backoff_max_ms=retry_backoff_max_ms,
+        )
+        super().__init__(database_url, schema=schema, pool_size=2)
+        self._idempotent = enable_idempotence
+        self._linger = linger_ms / 1000
+        self._max_block = max_block_ms / 1000
+        self._buffer_memory = buffer_memory
+        # Batches of one partition leave one at a time, in order (see the module docstring), so
+        # at most one is in flight per partition; the setting is validated for Kafka parity.
+        self.max_in_flight = max_in_flight
+        self._delivery_timeout = delivery_timeout_ms / 1000
+        self._backoff = retry_backoff_ms / 1000
+        self._backoff_max = retry_backoff_max_ms / 1000
+        self._metadata_max_age = metadata_max_age_ms / 1000
+        self._key_ser = resolve_serializer(key_serializer)
+        self._value_ser = resolve_serializer(value_serializer)
+        self._default_partitioner = DefaultPartitioner()
+        self._partitioner: Partitioner = partitioner or self._default_partitioner
+
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._acc = RecordAccumulator(batch_size=batch_size, max_batch_records=max_batch_records)
+        self._metadata: dict[str, tuple[float, topics.TopicMetadata]] = {}
+        self._flushing = 0
+        self._closing = False
+        self._in_flight = 0
+
+        # Sender-thread state (only the sender thread touches these after start).
+        self._identity: ProducerIdAndEpoch | None = None
+        self._need_bump = False
+        self._next_sequence: dict[TopicPartition, int] = {}
+        self._conn: sa.Connection | None = None
+
+        self._metrics_lock = threading.Lock()
+        self._metrics: dict[str, float] = {
+            "record_send_total": 0,
+            "record_retry_total": 0,
+            "record_error_total": 0,
+            "batch_send_total": 0,
+            "batch_size_max": 0,
+            "batch_size_total": 0,
+            "request_latency_total_ms": 0.0,
+            "request_latency_max_ms": 0.0,
+            "epoch_bump_total": 0,
+        }
+        self._sender = threading.Thread(target=self._run_sender, name="oncelog-producer-sender", daemon=True)
+        self._sender.start()
+
+    # --- public API -------------------------------------------------------------------------
+
+    def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        *,
+        partition: int | None = None,
+        headers: Headers | Mapping[str, bytes | None] | None = None,
+        timestamp: datetime | float | None = None,
+        callback: Callback | None = None,
+    ) -> Future[RecordMetadata]:
+        """Queue a record; the future resolves with its RecordMetadata once acknowledged.
+
+        Bad input (serialization, unknown topic or partition, a record over the topic's
+        max_message_bytes) raises a typed error here and queues nothing. ``timestamp`` is a
+        datetime or milliseconds since the epoch; ``callback(metadata, exception)`` runs on the
+        sender thread when the record completes.
+        """
+        if self._closing or self._closed:
+            raise errors.ProducerClosedError()
+        key_bytes = self._key_ser(key)
+        value_bytes = self._value_ser(value)
+        header_list = _headers(headers)
+        ts = _timestamp(timestamp)
+        meta = self._topic_metadata(topic)
+        if partition is None:
+            partition = self._partitioner(topic, key_bytes, meta.partitions)
+        if not isinstance(partition, int) or not 0 <= partition < meta.partitions:
+            raise errors.UnknownTopicOrPartitionError(
+                f"partition {partition!r} of topic {topic!r} does not exist ({meta.partitions} partitions)"
+            )
+        size = record_size(key_bytes, value_bytes, encode_headers(header_list))
+        if size > meta.max_message_bytes:
+            raise errors.RecordTooLargeError(
+                f"a record of {size} bytes exceeds max_message_bytes {meta.max_message_bytes} of topic {topic!r}"
+            )
+        future: Future[RecordMetadata] = Future()
+        if callback is not None:
+            _attach(future, callback)
+        record = PendingRecord(key_bytes, value_bytes, header_list, ts, size, future)
+        tp = TopicPartition(topic, partition)
+        deadline = time.monotonic() + self._max_block
+        with self._cond:
+            while self._acc.buffered_bytes + size > self._buffer_memory and self._acc.buffered_bytes > 0:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._closing:
+                    raise errors.DeliveryTimeoutError(
+                        f"buffer_memory ({self._buffer_memory} bytes) stayed full for max_block_ms"
+                    )
+                self._cond.wait(remaining)
+            batch = self._acc.append(tp, record, time.monotonic())
+            if batch.full or len(batch.records) == 1:
+                # A new batch starts its linger clock; a full one is ready now.
+                self._cond.notify_all()
+        if batch.full and key_bytes is None and self._partitioner is self._default_partitioner:
+            # The sticky partition's batch is complete: the next keyless records go elsewhere.
+            self._default_partitioner.on_new_batch(topic, meta.partitions, partition)
+        return future
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send every queued record now and wait until all have completed (or ``timeout`` passes)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            self._flushing += 1
+            self._cond.notify_all()
+            try:
+                while len(self._acc) or self._in_flight:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise errors.DeliveryTimeoutError("flush timed out with records still queued")
+                    if not self._sender.is_alive():
+                        raise errors.ProducerClosedError("the sender thread has stopped")
+                    self._cond.wait(remaining if remaining is not None else 0.5)
+            finally:
+                self._flushing -= 1
+
+    def close(self, timeout: float | None = None) -> None:
+        """Deliver what is queued (up to ``timeout`` seconds), then release everything."""
+        if self._closed:
+            return
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._sender.join(timeout)
+        if self._sender.is_alive():
+            # The sender is still retrying: fail what is left, it will not be sent by us.
+            with self._cond:
+                for batch in list(self._acc.batches()):
+                    _fail(batch, errors.ProducerClosedError("closed before the record was acknowledged"))
+            self._sender.join(5)
+        super().close()
+
+    def partitions_for(self, topic: str) -> list[int]:
+        """The partition numbers of ``topic``."""
+        return list(range(self._topic_metadata(topic, refresh=True).partitions))
+
+    def metrics(self) -> dict[str, float]:
+        """Kafka-style producer metrics, as a plain dict."""
+        with self._metrics_lock:
+            m = dict(self._metrics)
+        batches = m["batch_send_total"] or 1
+        m["batch_size_avg"] = m.pop("batch_size_total") / batches
+        m["request_latency_avg_ms"] = m.pop("request_latency_total_ms") / batches
+        m["records_per_request_avg"] = m["record_send_total"] / batches
+        return m
+
+    @property
+    def producer_id(self) -> int | None:
+        """The producer id in use (None before the first send, or without idempotence)."""
+        return self._identity.producer_id if self._identity else None
+
+    @property
+    def producer_epoch(self) -> int | None:
+        """The epoch in use (None before the first send, or without idempotence)."""
+        return self._identity.epoch if self._identity else None
+
+    # --- metadata ---------------------------------------------------------------------------
+
+    def _topic_metadata(self, topic: str, refresh: bool = False) -> topics.TopicMetadata:
+        now = time.monotonic()
+        cached = self._metadata.get(topic)
+        if cached and not refresh and now - cached[0] < self._metadata_max_age:
+            return cached[1]
+        with self._connect() as conn:
+            meta = topics.topic_metadata(conn, name=topic)
+        self._metadata[topic] = (now, meta)
+        return meta
+
+    # --- the sender thread ------------------------------------------------------------------
+
+    def _run_sender(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    batches = self._wait_for_ready()
+                    if batches is None:
+                        return
+                    for b in batches:
+                        b.full = True  # closed: nothing more is appended to a batch being sent
+                    self._in_flight = len(batches)
+                for b in batches:
+                    self._send_batch(b)
+                with self._cond:
+                    self._in_flight = 0
+                    self._cond.notify_all()
+        except BaseException as exc:  # never leave futures hanging if the sender dies
+            logger.exception("oncelog producer sender failed")
+            with self._cond:
+                for batch in list(self._acc.batches()):
+                    _fail(batch, errors.ProducerClosedError(f"the sender thread failed: {exc!r}"))
+                self._cond.notify_all()
+            raise
+        finally:
+            self._drop_connection(invalidate=False)
+
+    def _wait_for_ready(self) -> list[ProducerBatch] | None:
+        """Under the lock: the batches to send next, or None when closing with nothing left."""
+        while True:
+            now = time.monotonic()
+            self._expire_unsent(now)
+            flush = self._flushing > 0 or self._closing
+            ready = self._acc.ready(now, self._linger, flush)
+            if ready:
+                return ready
+            if self._closing and not len(self._acc):
+                return None
+            wake = self._acc.next_wakeup(now, self._linger)
+            self._cond.wait(wake if wake is not None else None)
+
+    def _expire_unsent(self, now: float) -> None:
+        """Batches never sent that waited past delivery_timeout fail (no unknown outcome, no bump)."""
+        for batch in list(self._acc.batches()):
+            if not batch.sent_once and now - batch.created > self._delivery_timeout:
+                try:
+                    self._acc.complete(batch)
+                except RuntimeError:
+                    continue  # not a head batch: it expires when it becomes one
+                _fail(batch, errors.DeliveryTimeoutError("not sent within delivery_timeout_ms"))
+                self._cond.notify_all()
+
+    def _connection(self) -> sa.Connection:
+        if self._conn is None:
+            self._conn = self._connect()
+        return self._conn
+
+    def _drop_connection(self, *, invalidate: bool) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                if invalidate:
+                    conn.invalidate()
+                conn.close()
+            except Exception:  # a broken connection may fail to close; it is discarded anyway
+                logger.debug("closing a broken connection failed", exc_info=True)
+
+    def _ensure_identity(self) -> None:
+        """Get a producer id, or bump the epoch (KIP-360), before sequencing anything."""
+        if not self._idempotent or (self._identity is not None and not self._need_bump):
+            return
+        conn = self._connection()
+        if self._identity is None:
+            self._identity = log.init_producer_id(conn)
+        else:
+            self._identity = log.init_producer_id(
+                conn, producer_id=self._identity.producer_id, epoch=self._identity.epoch
+            )
+            self._bump_metric("epoch_bump_total")
+            logger.info(
+                "producer bumped to id %s epoch %s; sequences restart at 0",
+                self._identity.producer_id,
+                self._identity.epoch,
+            )
+        self._need_bump = False
+        self._next_sequence.clear()
+        with self._cond:
+            for b in self._acc.batches():
+                b.base_sequence = b.epoch = b.producer_id = None
+
+    def _send_batch(self, batch: ProducerBatch) -> None:
+        started = time.monotonic()
+        try:
+            self._ensure_identity()
+            if self._idempotent and batch.base_sequence is None:
+                assert self._identity is not None  # set by _ensure_identity
+                batch.producer_id, batch.epoch = self._identity.producer_id, self._identity.epoch
+                batch.base_sequence = self._next_sequence.get(batch.tp, 0)
+                self._next_sequence[batch.tp] = (batch.base_sequence + len(batch.records)) % _SEQUENCE_MODULUS
+            batch.attempts += 1
+            result = log.produce(
+                self._connection(),
+                topic=batch.tp.topic,
+                partition=batch.tp.partition,
+                records=[RecordIn(r.value, r.key, r.headers, r.timestamp) for r in batch.records],
+                producer_id=batch.producer_id,
+                producer_epoch=batch.epoch,
+                base_sequence=batch.base_sequence,
+            )
+        except errors.OncelogError as exc:
+            self._on_error(batch, exc, started)
+            return
+        self._record_latency(started, batch)
+        with self._cond:
+            self._acc.complete(batch)
+            self._cond.notify_all()
+        for i, rec in enumerate(batch.records):
+            if not rec.future.done():
+                rec.future.set_result(
+                    RecordMetadata(
+                        topic=batch.tp.topic,
+                        partition=batch.tp.partition,
+                        offset=result.base_offset + i,
+                        timestamp=rec.timestamp or result.log_append_time,
+                    )
+                )
+
+    def _on_error(self, batch: ProducerBatch, exc: errors.OncelogError, started: float) -> None:
+        now = time.monotonic()
+        if exc.retriable:
+            # Unknown outcome (connection lost, server restarting) or a transient conflict:
+            # resend the same batch with the same sequence until the delivery timeout.
+            self._drop_connection(invalidate=True)
+            if now - batch.created <= self._delivery_timeout:
+                self._schedule_retry(batch, now, exc)
+                return
+            # The outcome stays unknown: neither reusing nor skipping its sequence is safe, so
+            # the next batch starts a new epoch (KIP-360).
+            self._need_bump = self._idempotent
+            self._finish_failed(
+                batch, errors.DeliveryTimeoutError(f"not acknowledged within delivery_timeout_ms: {exc}")
+            )
+            return
+        if self._idempotent and isinstance(exc, _RESEQUENCE) and batch.attempts <= 3:
+            # The store rejected the batch (nothing was appended) because its sequence state for
+            # us differs from ours (expired, or an epoch mismatch): new epoch, same batch.
+            self._need_bump = True
+            self._schedule_retry(batch, now, exc)
+            return
+        # A definite rejection: nothing was appended, so the sequence this batch took is free
+        # again for the next batch of the partition.
+        if (
+            self._idempotent
+            and batch.base_sequence is not None
+            and batch.epoch == (self._identity.epoch if self._identity else None)
+        ):
+            self._next_sequence[batch.tp] = batch.base_sequence
+        self._finish_failed(batch, exc)
+
+    def _schedule_retry(self, batch: ProducerBatch, now: float, exc: BaseException) -> None:
+        delay = min(self._backoff * 2 ** max(batch.attempts - 1, 0), self._backoff_max)
+        batch.next_attempt_at = now + delay
+        self._bump_metric("record_retry_total", len(batch.records))
+        logger.debug("retrying batch %s of %s in %.3fs after %r", batch.id, batch.tp, delay, exc)
+
+    def _finish_failed(self, batch: ProducerBatch, exc: BaseException) -> None:
+        self._bump_metric("record_error_total", len(batch.records))
+        with self._cond:
+            self._acc.complete(batch)
+            self._cond.notify_all()
+        _fail(batch, exc)
+
+    # --- metrics ----------------------------------------------------------------------------
+
+    def _bump_metric(self, name: str, by: float = 1) -> None:
+        with self._metrics_lock:
+            self._metrics[name] += by
+
+    def _record_latency(self, started: float, batch: ProducerBatch) -> None:
+        ms = (time.monotonic() - started) * 1000
+        with self._metrics_lock:
+            m = self._metrics
+            m["record_send_total"] += len(batch.records)
+            m["batch_send_total"] += 1
+            m["batch_size_total"] += batch.size
+            m["batch_size_max"] = max(m["batch_size_max"], batch.size)
+            m["request_latency_total_ms"] += ms
+            m["request_latency_max_ms"] = max(m["request_latency_max_ms"], ms)
+
+
+def _fail(batch: ProducerBatch, exc: BaseException) -> None:
+    for rec in batch.records:
+        if not rec.future.done():
+            rec.future.set_exception(exc)
+
+
+def _attach(future: Future[RecordMetadata], callback: Callback) -> None:
+    def done(f: Future[RecordMetadata]) -> None:
+        exc = f.exception()
+        try:
+            callback(None if exc else f.result(), exc)
+        except Exception:  # a user callback must not kill the sender thread
+            logger.exception("producer callback raised")
+
+    future.add_done_callback(done)
+
+
+def _headers(headers: Headers | Mapping[str, bytes | None] | None) -> list[tuple[str, bytes | None]] | None:
+    if headers is None:
+        return None
+    items = list(headers.items()) if isinstance(headers, Mapping) else list(headers)
+    out: list[tuple[str, bytes | None]] = []
+    for item in items:
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
+            raise errors.InvalidRecordError(f"a header must be a (str, bytes | None) pair, not {item!r}")
+        k, v = item
+        if v is not None and not isinstance(v, bytes | bytearray | memoryview):
+            raise errors.InvalidRecordError(f"header {k!r}: value must be bytes or None, not {type(v).__name__}")
+        out.append((k, None if v is None else bytes(v)))
+    return out or None
+
+
+def _timestamp(ts: datetime | float | None) -> datetime | None:
+    if ts is None:
+        return None
+    if isinstance(ts, datetime):
+        if ts.tzinfo is None:
+            raise errors.InvalidRecordError("timestamp must be timezone-aware (naive datetimes are ambiguous)")
+        return ts
+    if isinstance(ts, int | float) and not isinstance(ts, bool) and ts >= 0:
+        return datetime.fromtimestamp(ts / 1000, tz=UTC)
+    raise errors.InvalidRecordError(f"timestamp must be a datetime or milliseconds since the epoch, not {ts!r}")
+
+
+def _check_config(**values: float) -> None:
+    if values["linger_ms"] < 0:
+        raise errors.ConfigurationError("linger_ms must be >= 0")
+    for name in ("batch_size", "max_batch_records", "buffer_memory", "delivery_timeout_ms"):
+        if values[name] <= 0:
+            raise errors.ConfigurationError(f"{name} must be positive")
+    if not 1 <= values["max_in_flight"] <= 5:
+        raise errors.ConfigurationError("max_in_flight must be between 1 and 5 (Kafka's limit for idempotence)")
+    if not 0 < values["retry_backoff_ms"] <= values["retry_backoff_max_ms"]:
+        raise errors.ConfigurationError("need 0 < retry_backoff_ms <= retry_backoff_max_ms")

@@ -1,0 +1,95 @@
+"""Typed values that cross the store seam: records in, records out, offsets."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+#: Headers as Kafka has them: ordered (key, value) pairs, keys may repeat, values may be None.
+Headers = Sequence[tuple[str, bytes | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordIn:
+    """One record to append."""
+
+    value: bytes | None
+    key: bytes | None = None
+    headers: Headers | None = None
+    timestamp: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResult:
+    """Where a batch landed; ``duplicate`` when it was a retry of a batch already in the log."""
+
+    base_offset: int
+    last_offset: int
+    log_append_time: datetime
+    duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedRecord:
+    """One data record read from a partition."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp: datetime
+    producer_id: int | None
+    producer_epoch: int | None
+    sequence: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """Records of one partition from an offset, with the high watermark seen by that read."""
+
+    records: list[FetchedRecord]
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    """The offsets that bound one partition's log."""
+
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdAndEpoch:
+    """A producer identity issued by InitProducerId."""
+
+    producer_id: int
+    epoch: int
+
+
+def encode_headers(headers: Headers | None) -> str | None:
+    """Headers as the JSON text the log stores: ``[{"key": ..., "value": base64 or null}]``."""
+    if not headers:
+        return None
+    return json.dumps(
+        [{"key": k, "value": None if v is None else base64.b64encode(bytes(v)).decode("ascii")} for k, v in headers],
+        # jsonb's own text form (", " and ": ", UTF-8 unescaped), so the size a client computes
+        # with record_size() is the size produce_v1 checks against max_message_bytes.
+        ensure_ascii=False,
+    )
+
+
+def record_size(key: bytes | None, value: bytes | None, headers_json: str | None) -> int:
+    """A record's size as produce_v1 counts it against the topic's max_message_bytes."""
+    return len(key or b"") + len(value or b"") + len(headers_json.encode() if headers_json else b"")
+
+
+def decode_headers(stored: list[dict[str, str | None]] | None) -> tuple[tuple[str, bytes | None], ...]:
+    """The inverse of :func:`encode_headers` (psycopg hands jsonb over already parsed)."""
+    if not stored:
+        return ()
+    return tuple((str(h["key"]), None if h.get("value") is None else base64.b64decode(str(h["value"]))) for h in stored)

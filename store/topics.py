@@ -1,0 +1,126 @@
+"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions, configs, describe."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from oncelog.errors import UnknownTopicOrPartitionError
+from oncelog.store.errors import mapped_errors
+from oncelog.store.schema import partitions, topics
+
+#: The per-topic settings a user may set; a value of None means the default (or no limit).
+TOPIC_CONFIG_KEYS = ("max_message_bytes", "retention_ms", "retention_bytes")
+
+TopicConfig = Mapping[str, int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDescription:
+    """One partition of a topic."""
+
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    """A topic: its partitions and configuration."""
+
+    name: str
+    topic_id: int
+    partitions: list[PartitionDescription]
+    config: dict[str, int | None]
+    created_at: datetime
+
+
+def create_topic(conn: sa.Connection, *, name: str, partitions: int, config: TopicConfig | None = None) -> int:
+    """CreateTopics; returns the topic id."""
+    with mapped_errors():
+        return int(
+            conn.exec_driver_sql(
+                "SELECT create_topic_v1(%(name)s, %(partitions)s, %(config)s::jsonb)",
+                {"name": name, "partitions": partitions, "config": json.dumps(dict(config or {}))},
+            ).scalar_one()
+        )
+
+
+def delete_topic(conn: sa.Connection, *, name: str) -> None:
+    """DeleteTopics: the topic, its partitions and records."""
+    with mapped_errors():
+        conn.exec_driver_sql("SELECT delete_topic_v1(%(name)s)", {"name": name})
+
+
+def create_partitions(conn: sa.Connection, *, name: str, total: int) -> None:
+    """CreatePartitions: grow ``name`` to ``total`` partitions."""
+    with mapped_errors():
+        conn.exec_driver_sql("SELECT create_partitions_v1(%(name)s, %(total)s)", {"name": name, "total": total})
+
+
+def alter_topic_config(conn: sa.Connection, *, name: str, config: TopicConfig) -> None:
+    """IncrementalAlterConfigs: set the given keys (None resets to the default / no limit)."""
+    with mapped_errors():
+        conn.exec_driver_sql(
+            "SELECT alter_topic_config_v1(%(name)s, %(config)s::jsonb)",
+            {"name": name, "config": json.dumps(dict(config))},
+        )
+
+
+def list_topics(conn: sa.Connection) -> dict[str, int]:
+    """Every topic with its partition count."""
+    q = (
+        sa.select(topics.c.name, sa.func.count(partitions.c.partition))
+        .join(partitions, partitions.c.topic_id == topics.c.topic_id)
+        .group_by(topics.c.name)
+        .order_by(topics.c.name)
+    )
+    with mapped_errors():
+        return {name: int(n) for name, n in conn.execute(q)}
+
+
+def describe_topic(conn: sa.Connection, *, name: str) -> TopicDescription:
+    """One topic's partitions (with offsets) and configuration."""
+    with mapped_errors():
+        topic = conn.execute(sa.select(topics).where(topics.c.name == name)).one_or_none()
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        parts = conn.execute(
+            sa.select(partitions.c.partition, partitions.c.log_start_offset, partitions.c.next_offset)
+            .where(partitions.c.topic_id == topic.topic_id)
+            .order_by(partitions.c.partition)
+        ).all()
+    return TopicDescription(
+        name=topic.name,
+        topic_id=topic.topic_id,
+        partitions=[PartitionDescription(p.partition, p.log_start_offset, p.next_offset) for p in parts],
+        config={k: getattr(topic, k) for k in TOPIC_CONFIG_KEYS},
+        created_at=topic.created_at,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    """What a producer needs to route and size-check records for a topic."""
+
+    partitions: int
+    max_message_bytes: int
+
+
+def topic_metadata(conn: sa.Connection, *, name: str) -> TopicMetadata:
+    """Partition count and record size limit of ``name`` (UnknownTopicOrPartitionError if missing)."""
+    q = (
+        sa.select(topics.c.max_message_bytes, sa.func.count(partitions.c.partition))
+        .join(partitions, partitions.c.topic_id == topics.c.topic_id)
+        .where(topics.c.name == name)
+        .group_by(topics.c.max_message_bytes)
+    )
+    with mapped_errors():
+        row = conn.execute(q).one_or_none()
+    if row is None:
+        raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+    return TopicMetadata(partitions=int(row[1]), max_message_bytes=int(row[0]))
