@@ -8,6 +8,7 @@ import sqlalchemy as sa
 
 from oncelog.store import create_engine, redact
 from oncelog.store.engine import DEFAULT_SCHEMA
+from oncelog.store.errors import mapped_errors
 
 
 class Client:
@@ -31,7 +32,8 @@ class Client:
 
     def _connect(self) -> sa.Connection:
         """A pooled connection in autocommit: each protocol call is its own database transaction."""
-        return self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        with mapped_errors():  # a refused or dropped connection is a retriable DatabaseUnavailableError
+            return self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
 
     def close(self) -> None:
         """Release the connection pool."""

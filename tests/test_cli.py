@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from oncelog.cli.context import CliContext
 from oncelog.embedded import EmbeddedPostgres
-from oncelog.store import create_engine
+from oncelog.store import create_engine, migrate
 
 
 def oncelog(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -57,7 +57,7 @@ def test_demo_on_the_embedded_default(dev_dir: str) -> None:
     """The README's main job: start the private server, migrate, show the schema's status."""
     result = oncelog("demo", env={"ONCELOG_DEV_DB_DIR": dev_dir, "COLUMNS": "200"})
     assert result.returncode == 0, result.stderr
-    assert "at revision 0001 (head, no drift)" in result.stdout
+    assert f"at revision {migrate.head()} (head, no drift)" in result.stdout
     for table in ("records", "producers", "transactions", "txn_history", "pending_offsets"):
         assert table in result.stdout
     # The second run reuses the server and the schema.
@@ -73,7 +73,7 @@ def test_db_commands_against_an_external_server(empty_db_url: str) -> None:
     assert check.returncode == 1 and "oncelog db upgrade" in check.stderr
     up = oncelog("db", "upgrade", env=env)
     assert up.returncode == 0, up.stderr
-    assert oncelog("db", "current", env=env).stdout.strip() == "0001 (head)"
+    assert oncelog("db", "current", env=env).stdout.strip() == f"{migrate.head()} (head)"
     assert oncelog("db", "check", env=env).returncode == 0
 
     engine = create_engine(empty_db_url)

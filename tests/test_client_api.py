@@ -1,0 +1,333 @@
+"""Producer, Consumer and Admin as a user meets them: the API shape, bad input, and round trips."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+
+import oncelog
+from oncelog import Admin, Consumer, Producer, TopicPartition, errors
+from oncelog.partitioner import partition_for_key
+from oncelog.store import log
+
+
+@pytest.fixture
+def admin(db_url: str) -> Iterator[Admin]:
+    with Admin(db_url) as a:
+        yield a
+
+
+def _read_all(url: str, topic: str, partitions: int, **kwargs: object) -> list[oncelog.ConsumerRecord]:
+    with Consumer(url, **kwargs) as consumer:  # type: ignore[arg-type]
+        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+        out: list[oncelog.ConsumerRecord] = []
+        while batch := consumer.poll(timeout=0.2):
+            out.extend(batch)
+        return out
+
+
+def test_the_issue_example(db_url: str, admin: Admin) -> None:
+    admin.create_topic("orders", partitions=3, config={"max_message_bytes": 1_000_000})
+    with Producer(db_url, linger_ms=5) as producer:
+        meta = producer.send("orders", b"value", key=b"key").result(timeout=30)
+    assert isinstance(meta, oncelog.RecordMetadata)
+    assert meta.topic == "orders" and meta.offset == 0
+    assert meta.partition == partition_for_key(b"key", 3)
+    consumer = Consumer(db_url, isolation_level="read_uncommitted")
+    consumer.assign([TopicPartition("orders", meta.partition)])
+    consumer.seek(TopicPartition("orders", meta.partition), 0)
+    records = consumer.poll(timeout=1.0)
+    consumer.close()
+    assert [(r.key, r.value, r.offset) for r in records] == [(b"key", b"value", 0)]
+
+
+def test_keys_land_where_kafka_would_put_them(db_url: str, admin: Admin) -> None:
+    admin.create_topic("keyed", partitions=7)
+    with Producer(db_url) as producer:
+        futures = {k: producer.send("keyed", b"v", key=k.encode()) for k in ("a", "b", "user-42", "xyz", "")}
+        for key, fut in futures.items():
+            assert fut.result(timeout=30).partition == partition_for_key(key.encode(), 7)
+
+
+def test_order_headers_timestamps_and_serializers(db_url: str, admin: Admin) -> None:
+    admin.create_topic("typed", partitions=2)
+    when = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    with Producer(db_url, key_serializer="str", value_serializer="json", linger_ms=20) as producer:
+        futs = [
+            producer.send(
+                "typed",
+                {"n": i, "text": "é"},
+                key=f"k{i % 3}",
+                headers=[("trace", str(i).encode()), ("trace", None), ("ü", b"\x00\xff")],
+                timestamp=when + timedelta(seconds=i) if i % 2 else int(when.timestamp() * 1000),
+            )
+            for i in range(50)
+        ]
+        producer.flush()
+    metas = [f.result(timeout=30) for f in futs]
+    records = _read_all(db_url, "typed", 2, key_deserializer="str", value_deserializer="json")
+    assert len(records) == 50
+    by_offset = {(r.partition, r.offset): r for r in records}
+    for i, meta in enumerate(metas):
+        rec = by_offset[(meta.partition, meta.offset)]
+        assert rec.value == {"n": i, "text": "é"} and rec.key == f"k{i % 3}"
+        assert rec.headers == (("trace", str(i).encode()), ("trace", None), ("ü", b"\x00\xff"))
+        expected_ts = when + timedelta(seconds=i) if i % 2 else when
+        assert rec.timestamp == expected_ts == meta.timestamp
+    # Per key (so per partition), the send order is the offset order.
+    for key in ("k0", "k1", "k2"):
+        sent = [i for i in range(50) if f"k{i % 3}" == key]
+        got = [r.value["n"] for r in sorted(records, key=lambda r: r.offset) if r.key == key]
+        assert got == sent
+
+
+def test_bad_input_is_a_typed_error_and_sends_nothing(db_url: str, admin: Admin) -> None:
+    admin.create_topic("small", partitions=2, config={"max_message_bytes": 100})
+    with Producer(db_url) as producer:
+        with pytest.raises(errors.UnknownTopicOrPartitionError):
+            producer.send("missing", b"v")
+        with pytest.raises(errors.UnknownTopicOrPartitionError):
+            producer.send("small", b"v", partition=2)
+        with pytest.raises(errors.UnknownTopicOrPartitionError):
+            producer.send("small", b"v", partition=-1)
+        with pytest.raises(errors.RecordTooLargeError):
+            producer.send("small", b"x" * 101)
+        with pytest.raises(errors.RecordTooLargeError):  # headers count towards the size
+            producer.send("small", b"x" * 60, headers=[("h", b"y" * 40)])
+        with pytest.raises(errors.InvalidRecordError):
+            producer.send("small", "not bytes")
+        with pytest.raises(errors.InvalidRecordError):
+            producer.send("small", b"v", headers=[("h", "str")])  # type: ignore[list-item]
+        with pytest.raises(errors.InvalidRecordError):
+            producer.send("small", b"v", timestamp=datetime(2024, 1, 1))  # naive
+        assert producer.send("small", b"x" * 100).result(timeout=30).offset == 0
+    assert len(_read_all(db_url, "small", 2)) == 1
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"linger_ms": -1},
+        {"batch_size": 0},
+        {"max_in_flight": 6},
+        {"max_in_flight": 0},
+        {"delivery_timeout_ms": 0},
+        {"retry_backoff_ms": 2000, "retry_backoff_max_ms": 1000},
+        {"value_serializer": "yaml"},
+    ],
+)
+def test_bad_producer_config(db_url: str, config: dict[str, object]) -> None:
+    with pytest.raises(errors.ConfigurationError):
+        Producer(db_url, **config)  # type: ignore[arg-type]
+
+
+def test_bad_urls_and_schemas() -> None:
+    with pytest.raises(errors.ConfigurationError):
+        Producer("mysql://u@h/db")
+    with pytest.raises(errors.ConfigurationError):
+        Admin("postgresql://u@h/db", schema="Bad-Schema")
+
+
+def test_callbacks_run_with_metadata_or_error(db_url: str, admin: Admin) -> None:
+    admin.create_topic("cb", partitions=1)
+    seen: list[tuple[int | None, BaseException | None]] = []
+    done = threading.Event()
+
+    def callback(meta: oncelog.RecordMetadata | None, exc: BaseException | None) -> None:
+        seen.append((meta.offset if meta else None, exc))
+        if len(seen) == 3:
+            done.set()
+
+    with Producer(db_url) as producer:
+        for _ in range(3):
+            producer.send("cb", b"v", callback=callback)
+        assert done.wait(30)
+    assert seen == [(0, None), (1, None), (2, None)]
+
+
+def test_close_delivers_what_is_queued_and_refuses_more(db_url: str, admin: Admin) -> None:
+    admin.create_topic("closing", partitions=1)
+    producer = Producer(db_url, linger_ms=60_000, batch_size=10**9)
+    futs = [producer.send("closing", str(i).encode()) for i in range(100)]
+    assert not any(f.done() for f in futs)  # lingering: nothing sent yet
+    producer.close()
+    assert [f.result(timeout=0).offset for f in futs] == list(range(100))
+    with pytest.raises(errors.ProducerClosedError):
+        producer.send("closing", b"late")
+    producer.close()  # idempotent
+
+
+def test_producer_metrics_and_identity(db_url: str, admin: Admin) -> None:
+    admin.create_topic("m", partitions=1)
+    with Producer(db_url, linger_ms=50) as producer:
+        assert producer.producer_id is None
+        for _ in range(10):
+            producer.send("m", b"0123456789")
+        producer.flush()
+        m = producer.metrics()
+        assert producer.producer_id is not None and producer.producer_epoch == 0
+    assert m["record_send_total"] == 10 and m["record_error_total"] == 0
+    assert m["batch_send_total"] >= 1 and m["batch_size_max"] >= 10
+    assert m["records_per_request_avg"] == 10 / m["batch_send_total"]
+
+
+def test_the_producer_carries_on_after_its_state_expired(db_url: str, admin: Admin, engine: sa.Engine) -> None:
+    """KIP-360: the store forgot the producer's sequences on one partition (idle there past the
+    expiration, alive elsewhere); the producer bumps its epoch and restarts at sequence 0."""
+    admin.create_topic("expiring", partitions=2)
+    with Producer(db_url) as producer:
+        producer.send("expiring", b"a", partition=0).result(timeout=30)
+        producer.send("expiring", b"b", partition=0).result(timeout=30)
+        producer.send("expiring", b"x", partition=1).result(timeout=30)
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql(
+                "UPDATE producer_partition_state SET updated_at = now() - interval '2 days' WHERE partition = 0"
+            )
+            assert log.expire_producers(conn) == 1
+        assert producer.send("expiring", b"c", partition=0).result(timeout=30).offset == 2
+        assert producer.producer_epoch == 1
+        assert producer.metrics()["epoch_bump_total"] == 1
+        assert producer.send("expiring", b"y", partition=1).result(timeout=30).offset == 1
+    assert [r.value for r in _read_all(db_url, "expiring", 2)] in (
+        [b"a", b"b", b"c", b"x", b"y"],
+        [b"x", b"y", b"a", b"b", b"c"],
+    )
+
+
+def test_the_producer_gets_a_new_id_after_its_id_expired(db_url: str, admin: Admin, engine: sa.Engine) -> None:
+    """Idle past the expiration everywhere: the store forgets the id; the producer gets a new one."""
+    admin.create_topic("gone", partitions=1)
+    with Producer(db_url) as producer:
+        producer.send("gone", b"a").result(timeout=30)
+        old = producer.producer_id
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            log.expire_producers(conn, now=datetime.now(UTC) + timedelta(days=2))
+            assert conn.exec_driver_sql("SELECT count(*) FROM producers").scalar_one() == 0
+        producer.send("gone", b"b").result(timeout=30)
+        assert producer.producer_id != old and producer.producer_epoch == 0
+    assert [r.value for r in _read_all(db_url, "gone", 1)] == [b"a", b"b"]
+
+
+def test_a_rejected_batch_frees_its_sequence(db_url: str, admin: Admin, engine: sa.Engine) -> None:
+    """A batch the store rejects (here: the topic's limit lowered after the producer cached it)
+    fails alone; the next batch reuses its sequence instead of leaving a gap."""
+    admin.create_topic("shrinking", partitions=1, config={"max_message_bytes": 1000})
+    with Producer(db_url, linger_ms=0) as producer:
+        producer.send("shrinking", b"x" * 500).result(timeout=30)
+        admin.alter_topic_config("shrinking", {"max_message_bytes": 100})
+        with pytest.raises(errors.RecordTooLargeError):
+            producer.send("shrinking", b"x" * 500).result(timeout=30)
+        assert producer.send("shrinking", b"ok").result(timeout=30).offset == 1
+        assert producer.metrics()["epoch_bump_total"] == 0
+    with engine.connect() as conn:
+        seqs = conn.exec_driver_sql('SELECT sequence FROM records ORDER BY "offset"').scalars().all()
+    assert seqs == [0, 1]
+
+
+def test_consumer_positions_seek_pause_and_resets(db_url: str, admin: Admin) -> None:
+    admin.create_topic("c", partitions=2)
+    with Producer(db_url) as producer:
+        for i in range(10):
+            producer.send("c", str(i).encode(), partition=i % 2)
+    tp0, tp1 = TopicPartition("c", 0), TopicPartition("c", 1)
+    with Consumer(db_url, max_poll_records=3) as consumer:
+        consumer.assign([tp0, tp1])
+        assert consumer.position(tp0) == 0
+        assert consumer.end_offsets([tp0, tp1]) == {tp0: 5, tp1: 5}
+        assert consumer.beginning_offsets([tp0]) == {tp0: 0}
+        first = consumer.poll(timeout=1)
+        assert len(first) == 3  # max_poll_records
+        consumer.pause([tp1])
+        rest = []
+        while batch := consumer.poll(timeout=0.2):
+            rest.extend(batch)
+        assert all(r.partition == 0 for r in rest)
+        assert consumer.position(tp0) == 5
+        consumer.resume([tp1])
+        consumer.seek(tp1, 4)
+        assert [r.value for r in consumer.poll(timeout=1)] == [b"9"]
+        consumer.seek_to_beginning([tp1])
+        assert consumer.position(tp1) == 0
+        consumer.seek_to_end()
+        assert consumer.poll(timeout=0.1) == []
+        with pytest.raises(errors.ConfigurationError):
+            consumer.seek(TopicPartition("c", 9), 0)
+    with Consumer(db_url, auto_offset_reset="latest") as latest:
+        latest.assign([tp0])
+        assert latest.position(tp0) == 5
+    with Consumer(db_url, auto_offset_reset="none") as none:
+        none.assign([tp0])
+        with pytest.raises(errors.ConfigurationError):
+            none.poll()
+    with Consumer(db_url) as consumer, pytest.raises(errors.UnknownTopicOrPartitionError):
+        consumer.assign([TopicPartition("c", 2)])
+
+
+def test_consumer_resets_when_retention_passes_its_position(db_url: str, admin: Admin) -> None:
+    admin.create_topic("r", partitions=1)
+    with Producer(db_url) as producer:
+        for i in range(5):
+            producer.send("r", str(i).encode())
+    tp = TopicPartition("r", 0)
+    with Consumer(db_url) as consumer:
+        consumer.assign([tp])
+        consumer.seek(tp, 1)
+        admin.alter_topic_config("r", {"retention_bytes": 2})
+        assert admin.enforce_retention() == 3
+        assert admin.describe_topic("r").partitions[0].log_start_offset == 3
+        assert [r.offset for r in consumer.poll(timeout=1)] == [3, 4]
+
+
+def test_consumer_config_errors(db_url: str) -> None:
+    for bad in ({"isolation_level": "dirty"}, {"auto_offset_reset": "middle"}, {"max_poll_records": 0}):
+        with pytest.raises(errors.ConfigurationError):
+            Consumer(db_url, **bad)  # type: ignore[arg-type]
+
+
+def test_admin_topics(admin: Admin) -> None:
+    admin.create_topic("a.b_c-1", partitions=2, config={"retention_ms": 60_000})
+    assert admin.list_topics() == {"a.b_c-1": 2}
+    admin.create_partitions("a.b_c-1", 4)
+    desc = admin.describe_topic("a.b_c-1")
+    assert [p.partition for p in desc.partitions] == [0, 1, 2, 3]
+    assert desc.config == {"max_message_bytes": 1048588, "retention_ms": 60_000, "retention_bytes": None}
+    admin.alter_topic_config("a.b_c-1", {"retention_ms": None, "max_message_bytes": 10})
+    assert admin.describe_topic("a.b_c-1").config["retention_ms"] is None
+    with pytest.raises(errors.TopicAlreadyExistsError):
+        admin.create_topic("a.b_c-1")
+    with pytest.raises(errors.InvalidTopicError):
+        admin.create_topic("bad/name")
+    with pytest.raises(errors.InvalidPartitionsError):
+        admin.create_partitions("a.b_c-1", 2)
+    with pytest.raises(errors.ConfigurationError):
+        admin.create_topic("x", config={"cleanup.policy": "compact"})  # type: ignore[dict-item]
+    with pytest.raises(errors.ConfigurationError):
+        admin.alter_topic_config("a.b_c-1", {"retention_ms": -5})
+    admin.delete_topic("a.b_c-1")
+    assert admin.list_topics() == {}
+    with pytest.raises(errors.UnknownTopicOrPartitionError):
+        admin.delete_topic("a.b_c-1")
+    with pytest.raises(errors.UnknownTopicOrPartitionError):
+        admin.describe_topic("a.b_c-1")
+
+
+def test_repr_never_shows_the_password(db_url: str) -> None:
+    url = db_url.replace("postgres@", "postgres:hunter2@")
+    for client in (Admin(url), Consumer(url), Producer(url)):
+        assert "hunter2" not in repr(client)
+        client.close()
+
+
+def test_headers_are_stored_readably(db_url: str, admin: Admin, engine: sa.Engine) -> None:
+    """psql users read headers as JSON with base64 values."""
+    admin.create_topic("h", partitions=1)
+    with Producer(db_url) as producer:
+        producer.send("h", b"v", headers={"a": b"1", "b": None}).result(timeout=30)
+    with engine.connect() as conn:
+        stored = conn.exec_driver_sql("SELECT headers::text FROM records").scalar_one()
+    assert json.loads(stored) == [{"key": "a", "value": "MQ=="}, {"key": "b", "value": None}]
