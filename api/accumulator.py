@@ -48,6 +48,8 @@ class ProducerBatch:
     base_sequence: int | None = None
     epoch: int | None = None
     producer_id: int | None = None
+    #: The transaction the batch belongs to (transactional producers only).
+    txn_number: int | None = None
     attempts: int = 0
     next_attempt_at: float = 0.0
     id: int = field(default_factory=lambda: next(_batch_ids))
@@ -67,12 +69,15 @@ class RecordAccumulator:
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         self.buffered_bytes = 0
 
-    def append(self, tp: TopicPartition, record: PendingRecord, now: float) -> ProducerBatch:
+    def append(
+        self, tp: TopicPartition, record: PendingRecord, now: float, txn_number: int | None = None
+    ) -> ProducerBatch:
         """Add ``record`` to the open batch of ``tp`` (a new one if none is open); return that batch."""
         queue = self._queues.setdefault(tp, deque())
-        batch = queue[-1] if queue and not queue[-1].full and not queue[-1].sent_once else None
+        last = queue[-1] if queue else None
+        batch = last if last and not last.full and not last.sent_once and last.txn_number == txn_number else None
         if batch is None:
-            batch = ProducerBatch(tp=tp, created=now)
+            batch = ProducerBatch(tp=tp, created=now, txn_number=txn_number)
             queue.append(batch)
         batch.records.append(record)
         batch.size += record.size
@@ -114,6 +119,20 @@ class RecordAccumulator:
         self.buffered_bytes -= batch.size
         if not queue:
             del self._queues[batch.tp]
+
+    def remove_all_except(self, keep: set[int]) -> list[ProducerBatch]:
+        """Remove every batch whose id is not in ``keep`` (those being sent now); return them."""
+        removed: list[ProducerBatch] = []
+        for tp, queue in list(self._queues.items()):
+            kept = deque(b for b in queue if b.id in keep)
+            removed.extend(b for b in queue if b.id not in keep)
+            if kept:
+                self._queues[tp] = kept
+            else:
+                del self._queues[tp]
+        for b in removed:
+            self.buffered_bytes -= b.size
+        return removed
 
     def batches(self) -> Iterator[ProducerBatch]:
         """Every queued batch, head first per partition."""

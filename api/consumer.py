@@ -1,7 +1,11 @@
 """``oncelog.Consumer``: read partitions by offset.
 
-This is the assign/seek/poll consumer; consumer groups and read_committed arrive with the
-transactions and groups work. Control records are never returned.
+``isolation_level="read_committed"`` (the default, unlike Kafka's client) returns only records
+of committed transactions and plain writes, and stops at each partition's last stable offset;
+``"read_uncommitted"`` reads to the high watermark. Control records are never returned.
+
+Each poll reads all its partitions in ONE database snapshot, so a transaction that spans
+partitions is returned on all of them or on none (Kafka cannot promise this).
 """
 
 from __future__ import annotations
@@ -12,11 +16,11 @@ from collections.abc import Iterable
 from oncelog.client import Client
 from oncelog.errors import ConfigurationError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from oncelog.serde import Deserializer, resolve_deserializer
-from oncelog.store import log
+from oncelog.store import log, txn
 from oncelog.store.engine import DEFAULT_SCHEMA
 from oncelog.types import ConsumerRecord, TopicPartition
 
-_ISOLATION_LEVELS = ("read_uncommitted",)
+_ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 _RESETS = ("earliest", "latest", "none")
 
 
@@ -27,7 +31,7 @@ class NoOffsetForPartitionError(ConfigurationError):
 class Consumer(Client):
     """Read records from assigned partitions.
 
-    >>> consumer = Consumer(url, isolation_level="read_uncommitted")
+    >>> consumer = Consumer(url)  # read_committed
     >>> consumer.assign([TopicPartition("orders", 0)])
     >>> consumer.seek(TopicPartition("orders", 0), 0)
     >>> records = consumer.poll(timeout=1.0)
@@ -38,7 +42,7 @@ class Consumer(Client):
         database_url: str,
         *,
         schema: str = DEFAULT_SCHEMA,
-        isolation_level: str = "read_uncommitted",
+        isolation_level: str = "read_committed",
         auto_offset_reset: str = "earliest",
         max_poll_records: int = 500,
         fetch_min_backoff_ms: int = 5,
@@ -97,7 +101,7 @@ class Consumer(Client):
         self._seek_to(partitions, end=False)
 
     def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
-        """Read from the high watermark of these (default: all assigned) partitions."""
+        """Read from the end (see :meth:`end_offsets`) of these (default: all assigned) partitions."""
         self._seek_to(partitions, end=True)
 
     def position(self, partition: TopicPartition) -> int:
@@ -112,7 +116,8 @@ class Consumer(Client):
         return {tp: start for tp, (start, _) in self._bounds(partitions).items()}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The high watermark of each partition."""
+        """The end of each partition for this consumer: the last stable offset for read_committed,
+        the high watermark for read_uncommitted (as in Kafka)."""
         return {tp: end for tp, (_, end) in self._bounds(partitions).items()}
 
     def pause(self, partitions: Iterable[TopicPartition]) -> None:
@@ -149,40 +154,52 @@ class Consumer(Client):
         active = [tp for tp in self._assignment if tp not in self._paused]
         if not active:
             return []
-        out: list[ConsumerRecord] = []
         start = self._next % len(active)
         self._next += 1
+        order = active[start:] + active[:start]
+        for tp in order:
+            if tp not in self._positions:
+                self._reset_position(tp)
+        read_committed = self.isolation_level == "read_committed"
         with self._connect() as conn:
-            for tp in active[start:] + active[:start]:
-                budget = self._max_poll_records - len(out)
-                if budget <= 0:
-                    break
-                if tp not in self._positions:
-                    self._reset_position(tp)
-                try:
-                    result = log.fetch(
-                        conn, topic=tp.topic, partition=tp.partition, offset=self._positions[tp], max_records=budget
+            result = log.fetch_many(
+                conn,
+                {tp: self._positions[tp] for tp in order},
+                max_records=self._max_poll_records,
+                read_committed=read_committed,
+            )
+            if read_committed and any(part.expired_transaction for part in result.values()):
+                # An abandoned transaction past its timeout holds the last stable offset back:
+                # readers abort it themselves, so no maintenance process is needed.
+                txn.expire_transactions(conn)
+        out: list[ConsumerRecord] = []
+        for tp in order:
+            part = result[(tp.topic, tp.partition)]
+            if part.error == "unknown_topic_or_partition":
+                raise UnknownTopicOrPartitionError(f"unknown partition {tp.partition} of topic {tp.topic!r}")
+            if part.error == "offset_out_of_range":
+                # Retention moved the log start past our position (or a seek went past the end):
+                # reset as Kafka does, by auto_offset_reset.
+                self._reset_position(tp)
+                continue
+            for r in part.records[: self._max_poll_records - len(out)]:
+                out.append(
+                    ConsumerRecord(
+                        topic=tp.topic,
+                        partition=tp.partition,
+                        offset=r.offset,
+                        key=self._key_de(r.key),
+                        value=self._value_de(r.value),
+                        headers=r.headers,
+                        timestamp=r.timestamp,
+                        producer_id=r.producer_id,
                     )
-                except OffsetOutOfRangeError:
-                    # Retention moved the log start past our position (or a seek went past the end):
-                    # reset as Kafka does, by auto_offset_reset.
-                    self._reset_position(tp)
-                    continue
-                for r in result.records:
-                    out.append(
-                        ConsumerRecord(
-                            topic=tp.topic,
-                            partition=tp.partition,
-                            offset=r.offset,
-                            key=self._key_de(r.key),
-                            value=self._value_de(r.value),
-                            headers=r.headers,
-                            timestamp=r.timestamp,
-                            producer_id=r.producer_id,
-                        )
-                    )
-                if result.records:
-                    self._positions[tp] = result.records[-1].offset + 1
+                )
+                self._positions[tp] = r.offset + 1
+            end = part.last_stable_offset if read_committed else part.high_watermark
+            if not part.records and end is not None:
+                # Nothing visible before the end: only markers (and aborted records) were there.
+                self._positions[tp] = max(self._positions[tp], end)
         return out
 
     # --- helpers ----------------------------------------------------------------------------
@@ -198,8 +215,10 @@ class Consumer(Client):
         out: dict[TopicPartition, tuple[int, int]] = {}
         with self._connect() as conn:
             for topic in dict.fromkeys(tp.topic for tp in wanted):
+                committed = self.isolation_level == "read_committed"
                 bounds = {
-                    p.partition: (p.log_start_offset, p.high_watermark) for p in log.list_offsets(conn, topic=topic)
+                    p.partition: (p.log_start_offset, p.last_stable_offset if committed else p.high_watermark)
+                    for p in log.list_offsets(conn, topic=topic)
                 }
                 for tp in wanted:
                     if tp.topic == topic:

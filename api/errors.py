@@ -251,6 +251,14 @@ class TransactionTimeoutError(AbortableError):
     sqlstate = "OL307"
 
 
+class IllegalStateError(OncelogError):
+    """The call is not valid in the client's current transaction state (a programming error)."""
+
+
+class TransactionAbortedError(AbortableError):
+    """The record was not written: its transaction was aborted before the record was sent."""
+
+
 class TransactionalIdNotFoundError(OncelogError):
     """No transaction state exists for this transactional id."""
 
@@ -338,4 +346,6 @@ def error_for_sqlstate(sqlstate: str) -> type[OncelogError] | None:
 
 
 _ALL: list[type[OncelogError]] = [OncelogError, *_all_subclasses(OncelogError)]
-_BY_SQLSTATE: dict[str, type[OncelogError]] = {c.sqlstate: c for c in _ALL if c.sqlstate}
+# Only classes that declare a code themselves: a subclass inherits its parent's code but is not
+# what the SQL functions mean by it.
+_BY_SQLSTATE: dict[str, type[OncelogError]] = {c.sqlstate: c for c in _ALL if c.sqlstate and "sqlstate" in c.__dict__}

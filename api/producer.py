@@ -1,4 +1,4 @@
-"""``oncelog.Producer``: the idempotent producer.
+"""``oncelog.Producer``: the idempotent and transactional producer.
 
 ``send()`` serializes a record, picks its partition and queues it; a background sender thread
 sends each partition's batches in order over one autocommit connection (each batch is one
@@ -9,14 +9,19 @@ producer id, epoch and sequence numbers across retries, so a retry after a lost 
 with the original offsets instead of appending again. When a batch's outcome stays unknown until
 ``delivery_timeout_ms`` (or the store's sequence state disagrees with ours), the producer bumps its
 epoch and restarts its sequences (KIP-360) and carries on.
+
+With a ``transactional_id`` every batch joins the current transaction, which the store opens on
+the first write and names by its number on every call; ``commit_transaction`` flushes and ends it
+with one EndTxn (one database transaction), so readers see all of it or none of it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import Any
@@ -28,9 +33,10 @@ from oncelog.accumulator import PendingRecord, ProducerBatch, RecordAccumulator
 from oncelog.client import Client
 from oncelog.partitioner import DefaultPartitioner, Partitioner
 from oncelog.serde import Serializer, resolve_serializer
-from oncelog.store import log, topics
+from oncelog.store import log, topics, txn
 from oncelog.store.engine import DEFAULT_SCHEMA
 from oncelog.store.records import Headers, ProducerIdAndEpoch, RecordIn, encode_headers, record_size
+from oncelog.txn_state import TransactionStateMachine, TxnState
 from oncelog.types import RecordMetadata, TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -55,6 +61,8 @@ class Producer(Client):
         database_url: str,
         *,
         schema: str = DEFAULT_SCHEMA,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
         enable_idempotence: bool = True,
         linger_ms: float = 5,
         batch_size: int = 16384,
@@ -80,8 +88,21 @@ class Producer(Client):
             retry_backoff_ms=retry_backoff_ms,
             retry_backoff_max_ms=retry_backoff_max_ms,
         )
+        if transactional_id is not None:
+            if not enable_idempotence:
+                raise errors.ConfigurationError("a transactional producer needs enable_idempotence=True")
+            if not isinstance(transactional_id, str) or not 1 <= len(transactional_id) <= 255:
+                raise errors.ConfigurationError("transactional_id must be a string of 1 to 255 characters")
+            if transaction_timeout_ms <= 0:
+                raise errors.ConfigurationError("transaction_timeout_ms must be positive")
         super().__init__(database_url, schema=schema, pool_size=2)
         self._idempotent = enable_idempotence
+        self.transactional_id = transactional_id
+        self._txn_timeout_ms = transaction_timeout_ms
+        self._txn = TransactionStateMachine(transactional_id) if transactional_id else None
+        self._txn_number = 0
+        self._txn_aborting = False
+        self._txn_needs_bump = False
         self._linger = linger_ms / 1000
         self._max_block = max_block_ms / 1000
         self._buffer_memory = buffer_memory
@@ -104,6 +125,7 @@ class Producer(Client):
         self._flushing = 0
         self._closing = False
         self._in_flight = 0
+        self._sending: set[int] = set()  # ids of the batches the sender holds right now
 
         # Sender-thread state (only the sender thread touches these after start).
         self._identity: ProducerIdAndEpoch | None = None
@@ -122,6 +144,12 @@ class Producer(Client):
             "request_latency_total_ms": 0.0,
             "request_latency_max_ms": 0.0,
             "epoch_bump_total": 0,
+            "txn_init_time_ms_total": 0.0,
+            "txn_begin_time_ms_total": 0.0,
+            "txn_commit_time_ms_total": 0.0,
+            "txn_abort_time_ms_total": 0.0,
+            "txn_commit_total": 0,
+            "txn_abort_total": 0,
         }
         self._sender = threading.Thread(target=self._run_sender, name="oncelog-producer-sender", daemon=True)
         self._sender.start()
@@ -148,6 +176,8 @@ class Producer(Client):
         """
         if self._closing or self._closed:
             raise errors.ProducerClosedError()
+        if self._txn is not None:
+            self._txn.require_in_transaction()
         key_bytes = self._key_ser(key)
         value_bytes = self._value_ser(value)
         header_list = _headers(headers)
@@ -178,7 +208,8 @@ class Producer(Client):
                         f"buffer_memory ({self._buffer_memory} bytes) stayed full for max_block_ms"
                     )
                 self._cond.wait(remaining)
-            batch = self._acc.append(tp, record, time.monotonic())
+            txn_number = self._txn_number if self._txn is not None else None
+            batch = self._acc.append(tp, record, time.monotonic(), txn_number)
             if batch.full or len(batch.records) == 1:
                 # A new batch starts its linger clock; a full one is ready now.
                 self._cond.notify_all()
@@ -204,10 +235,187 @@ class Producer(Client):
             finally:
                 self._flushing -= 1
 
+    # --- transactions ----------------------------------------------------------------------
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register the transactional id: fence every older instance (aborting its open
+        transaction) and get the epoch this instance writes with. Call once, first."""
+        state = self._require_transactional()
+        if state.state is not TxnState.UNINITIALIZED:
+            raise errors.IllegalStateError(f"init_transactions() was already called (state {state.state.name})")
+        started = time.monotonic()
+        state.transition_to(TxnState.INITIALIZING)
+        self._init_identity(bump=False, timeout=timeout)
+        state.transition_to(TxnState.READY)
+        self._bump_metric("txn_init_time_ms_total", (time.monotonic() - started) * 1000)
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: records sent from now on commit or abort together."""
+        state = self._require_transactional()
+        started = time.monotonic()
+        state.require_can_begin()
+        self._txn_number += 1
+        state.transition_to(TxnState.IN_TRANSACTION)
+        self._bump_metric("txn_begin_time_ms_total", (time.monotonic() - started) * 1000)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send what is queued and commit the transaction: all of its records become visible to
+        read_committed readers at once, on every partition.
+
+        An abortable error (a send failed, the transaction timed out) leaves the producer in
+        ABORTABLE_ERROR: call :meth:`abort_transaction`, then carry on. A fatal error (fenced by
+        another instance) means this producer must be closed.
+        """
+        state = self._require_transactional()
+        started = time.monotonic()
+        if not state.require_can_commit():
+            state.transition_to(TxnState.COMMITTING_TRANSACTION)
+        self.flush(timeout)
+        if state.has_error:
+            state.require_can_commit()  # raises the error a send recorded
+        self._end_txn(commit=True, timeout=timeout)
+        state.transition_to(TxnState.READY)
+        self._bump_metric("txn_commit_total")
+        self._bump_metric("txn_commit_time_ms_total", (time.monotonic() - started) * 1000)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the transaction: records not yet sent are dropped (their futures fail with
+        TransactionAbortedError), the rest are marked aborted and never reach read_committed
+        readers. After an error, the producer also bumps its epoch (KIP-360) and carries on."""
+        state = self._require_transactional()
+        started = time.monotonic()
+        after_error = state.state is TxnState.ABORTABLE_ERROR
+        if not state.require_can_abort():
+            state.transition_to(TxnState.ABORTING_TRANSACTION)
+        self._txn_needs_bump |= after_error
+        with self._cond:
+            self._txn_aborting = True
+            for batch in self._acc.remove_all_except(self._sending):
+                self._txn_needs_bump |= batch.sent_once  # its outcome is unknown
+                _fail(batch, errors.TransactionAbortedError("the transaction was aborted before this record was sent"))
+            self._cond.notify_all()
+            while len(self._acc) or self._in_flight:
+                self._cond.wait(0.5)
+            self._txn_aborting = False
+        self._end_txn(commit=False, timeout=timeout)
+        if self._txn_needs_bump:
+            state.transition_to(TxnState.INITIALIZING)
+            self._init_identity(bump=True, timeout=timeout)
+            self._txn_needs_bump = False
+        state.transition_to(TxnState.READY)
+        self._bump_metric("txn_abort_total")
+        self._bump_metric("txn_abort_time_ms_total", (time.monotonic() - started) * 1000)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Producer]:
+        """``with producer.transaction():`` begins, commits on a clean exit, and aborts on an
+        exception (unless the error is fatal: a fenced producer cannot abort), re-raising it."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException as exc:
+            fatal = (isinstance(exc, errors.OncelogError) and exc.fatal) or (
+                self._txn is not None and self._txn.is_fatal
+            )
+            if not fatal:
+                self.abort_transaction()
+            raise
+        self.commit_transaction()
+
+    @property
+    def transaction_state(self) -> TxnState | None:
+        """The client transaction state (None for a non-transactional producer)."""
+        return self._txn.state if self._txn is not None else None
+
+    def _require_transactional(self) -> TransactionStateMachine:
+        if self._txn is None:
+            raise errors.IllegalStateError("this producer has no transactional_id")
+        if self._closed or self._closing:
+            raise errors.ProducerClosedError()
+        return self._txn
+
+    def _retrying(self, timeout: float | None, what: Callable[[sa.Connection], Any]) -> Any:
+        """Run a coordinator call, retrying retriable failures (a lost reply is safe: every
+        coordinator call is idempotent for the same arguments) until ``timeout``/max_block_ms."""
+        deadline = time.monotonic() + (self._max_block if timeout is None else timeout)
+        delay = self._backoff
+        while True:
+            try:
+                with self._connect() as conn:
+                    return what(conn)
+            except errors.OncelogError as exc:
+                if not exc.retriable or time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, self._backoff_max)
+
+    def _init_identity(self, *, bump: bool, timeout: float | None) -> None:
+        assert self._txn is not None and self.transactional_id is not None  # callers checked
+        tid = self.transactional_id
+        current = self._identity
+        try:
+            ident = self._retrying(
+                timeout,
+                lambda conn: txn.init_producer_id(
+                    conn,
+                    transactional_id=tid,
+                    transaction_timeout_ms=self._txn_timeout_ms,
+                    producer_id=current.producer_id if bump and current else None,
+                    epoch=current.epoch if bump and current else None,
+                ),
+            )
+        except errors.OncelogError as exc:
+            self._record_txn_error(exc)
+            raise
+        self._identity = ProducerIdAndEpoch(ident.producer_id, ident.epoch)
+        self._txn_number = ident.txn_number
+        self._next_sequence.clear()
+        if bump:
+            self._bump_metric("epoch_bump_total")
+
+    def _end_txn(self, *, commit: bool, timeout: float | None) -> str:
+        assert self._identity is not None and self.transactional_id is not None  # initialised
+        ident, tid, number = self._identity, self.transactional_id, self._txn_number
+        try:
+            return str(
+                self._retrying(
+                    timeout,
+                    lambda conn: txn.end_txn(
+                        conn,
+                        transactional_id=tid,
+                        producer_id=ident.producer_id,
+                        epoch=ident.epoch,
+                        txn_number=number,
+                        commit=commit,
+                    ),
+                )
+            )
+        except errors.OncelogError as exc:
+            self._record_txn_error(exc)
+            raise
+
+    def _record_txn_error(self, exc: errors.OncelogError) -> None:
+        """Move the transaction state machine to the error state ``exc`` calls for."""
+        if self._txn is None or exc.retriable:
+            return
+        if exc.fatal:
+            self._txn.transition_to_fatal_error(exc)
+        elif self._txn.state is not TxnState.ABORTING_TRANSACTION:
+            self._txn_needs_bump = True
+            self._txn.transition_to_abortable_error(exc)
+
     def close(self, timeout: float | None = None) -> None:
-        """Deliver what is queued (up to ``timeout`` seconds), then release everything."""
+        """Deliver what is queued (up to ``timeout`` seconds), then release everything.
+
+        An open transaction is aborted first (best effort; the store would abort it at its
+        timeout anyway)."""
         if self._closed:
             return
+        if self._txn is not None and self._txn.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR):
+            try:
+                self.abort_transaction(timeout)
+            except errors.OncelogError:
+                logger.warning("could not abort the open transaction while closing", exc_info=True)
         with self._cond:
             self._closing = True
             self._cond.notify_all()
@@ -268,8 +476,11 @@ class Producer(Client):
                     for b in batches:
                         b.full = True  # closed: nothing more is appended to a batch being sent
                     self._in_flight = len(batches)
+                    self._sending = {b.id for b in batches}
                 for b in batches:
                     self._send_batch(b)
+                    with self._cond:
+                        self._sending.discard(b.id)
                 with self._cond:
                     self._in_flight = 0
                     self._cond.notify_all()
@@ -325,8 +536,8 @@ class Producer(Client):
 
     def _ensure_identity(self) -> None:
         """Get a producer id, or bump the epoch (KIP-360), before sequencing anything."""
-        if not self._idempotent or (self._identity is not None and not self._need_bump):
-            return
+        if not self._idempotent or self._txn is not None or (self._identity is not None and not self._need_bump):
+            return  # a transactional producer gets its identity from init_transactions()
         conn = self._connection()
         if self._identity is None:
             self._identity = log.init_producer_id(conn)
@@ -348,6 +559,12 @@ class Producer(Client):
 
     def _send_batch(self, batch: ProducerBatch) -> None:
         started = time.monotonic()
+        if self._txn is not None and (self._txn.has_error or self._txn_aborting):
+            # The transaction cannot commit any more: do not send into it.
+            cause = self._txn.last_error
+            aborted = errors.TransactionAbortedError("the transaction is aborting")
+            self._finish_failed(batch, cause if self._txn.is_fatal and cause else aborted)
+            return
         try:
             self._ensure_identity()
             if self._idempotent and batch.base_sequence is None:
@@ -364,6 +581,8 @@ class Producer(Client):
                 producer_id=batch.producer_id,
                 producer_epoch=batch.epoch,
                 base_sequence=batch.base_sequence,
+                transactional_id=self.transactional_id,
+                txn_number=batch.txn_number,
             )
         except errors.OncelogError as exc:
             self._on_error(batch, exc, started)
@@ -385,6 +604,9 @@ class Producer(Client):
 
     def _on_error(self, batch: ProducerBatch, exc: errors.OncelogError, started: float) -> None:
         now = time.monotonic()
+        if self._txn is not None:
+            self._on_txn_error(batch, exc, now)
+            return
         if exc.retriable:
             # Unknown outcome (connection lost, server restarting) or a transient conflict:
             # resend the same batch with the same sequence until the delivery timeout.
@@ -413,6 +635,24 @@ class Producer(Client):
             and batch.epoch == (self._identity.epoch if self._identity else None)
         ):
             self._next_sequence[batch.tp] = batch.base_sequence
+        self._finish_failed(batch, exc)
+
+    def _on_txn_error(self, batch: ProducerBatch, exc: errors.OncelogError, now: float) -> None:
+        """A transactional batch failed: retry what may succeed, otherwise the transaction can
+        only abort (or, fenced, the producer is finished)."""
+        if exc.retriable:
+            self._drop_connection(invalidate=True)
+            if now - batch.created <= self._delivery_timeout and not self._txn_aborting:
+                self._schedule_retry(batch, now, exc)
+                return
+            # Unknown outcome: the abort that must follow also bumps the epoch.
+            self._txn_needs_bump = True
+            exc = errors.DeliveryTimeoutError(f"not acknowledged within delivery_timeout_ms: {exc}")
+            if self._txn is not None and not self._txn_aborting:
+                self._txn.transition_to_abortable_error(exc)
+            self._finish_failed(batch, exc)
+            return
+        self._record_txn_error(exc)
         self._finish_failed(batch, exc)
 
     def _schedule_retry(self, batch: ProducerBatch, now: float, exc: BaseException) -> None:

@@ -7,17 +7,18 @@ round trip and one transaction.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
-from oncelog.errors import InvalidRecordError
+from oncelog.errors import InvalidRecordError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from oncelog.store.errors import mapped_errors
 from oncelog.store.records import (
     FetchedRecord,
     FetchResult,
+    PartitionFetch,
     PartitionOffsets,
     ProduceResult,
     ProducerIdAndEpoch,
@@ -28,13 +29,16 @@ from oncelog.store.records import (
 
 # Arrays go in binary (%b): bytea in text format would be hex, twice the bytes to send and parse.
 _PRODUCE = (
-    "SELECT base_offset, last_offset, log_append_time, duplicate FROM produce_v1("
+    "SELECT base_offset, last_offset, log_append_time, duplicate FROM produce_v2("
     "%(topic)s, %(partition)s, %(producer_id)s, %(epoch)s::smallint, %(sequence)s, "
-    "%(keys)b::bytea[], %(values)b::bytea[], %(headers)s::jsonb[], %(timestamps)b::timestamptz[])"
+    "%(keys)b::bytea[], %(values)b::bytea[], %(headers)s::jsonb[], %(timestamps)b::timestamptz[], "
+    "%(transactional_id)s, %(txn_number)s)"
 )
 _FETCH = (
-    'SELECT "offset", key, value, headers, "timestamp", producer_id, producer_epoch, sequence, high_watermark '
-    "FROM fetch_v1(%(topic)s, %(partition)s, %(offset)s, %(max_records)s)"
+    'SELECT kind, topic, partition, "offset", key, value, headers, "timestamp", producer_id, producer_epoch, '
+    "sequence, log_start_offset, high_watermark, last_stable_offset, expired_open, error "
+    "FROM fetch_v2(%(topics)s::text[], %(partitions)s::integer[], %(offsets)s::bigint[], %(max_records)s, "
+    "%(read_committed)s)"
 )
 
 
@@ -69,8 +73,15 @@ def produce(
     producer_id: int | None = None,
     producer_epoch: int | None = None,
     base_sequence: int | None = None,
+    transactional_id: str | None = None,
+    txn_number: int | None = None,
 ) -> ProduceResult:
-    """Produce one batch to one partition (idempotent when a producer id is given)."""
+    """Produce one batch to one partition.
+
+    Idempotent when a producer id is given; part of transaction ``txn_number`` of
+    ``transactional_id`` when those are given (the store opens the transaction and adds the
+    partition to it as needed).
+    """
     if isinstance(records, RecordIn):
         raise InvalidRecordError("records must be a sequence of RecordIn, not one RecordIn")
     headers = [encode_headers(r.headers) for r in records]
@@ -88,46 +99,107 @@ def produce(
             "values": [None if r.value is None else bytes(r.value) for r in records],
             "headers": headers if any(h is not None for h in headers) else None,
             "timestamps": timestamps if any(t is not None for t in timestamps) else None,
+            "transactional_id": transactional_id,
+            "txn_number": txn_number,
         },
     ).one()
     return ProduceResult(int(row.base_offset), int(row.last_offset), row.log_append_time, bool(row.duplicate))
 
 
-def fetch(conn: sa.Connection, *, topic: str, partition: int, offset: int, max_records: int = 500) -> FetchResult:
-    """Fetch (read_uncommitted): data records from ``offset`` below the high watermark."""
+def fetch_many(
+    conn: sa.Connection,
+    positions: Mapping[tuple[str, int], int],
+    *,
+    max_records: int = 500,
+    read_committed: bool = True,
+) -> dict[tuple[str, int], PartitionFetch]:
+    """Fetch many partitions from their positions in ONE snapshot.
+
+    A transaction spanning these partitions is seen on all of them or on none. read_committed
+    stops at each partition's last stable offset and skips aborted records; read_uncommitted
+    stops at the high watermark. Per partition, at most ``max_records`` records.
+    """
+    keys = list(positions)
     rows = _driver(
-        conn, _FETCH, {"topic": topic, "partition": partition, "offset": offset, "max_records": max_records}
+        conn,
+        _FETCH,
+        {
+            "topics": [t for t, _ in keys],
+            "partitions": [p for _, p in keys],
+            "offsets": [positions[k] for k in keys],
+            "max_records": max_records,
+            "read_committed": read_committed,
+        },
     ).all()
-    if not rows:
-        # An empty answer still needs the high watermark: ask for the partition's offsets.
-        hw = next(p.high_watermark for p in list_offsets(conn, topic=topic) if p.partition == partition)
-        return FetchResult([], hw)
-    return FetchResult(
-        [
-            FetchedRecord(
-                offset=int(r.offset),
-                key=r.key,
-                value=r.value,
-                headers=decode_headers(r.headers),
-                timestamp=r.timestamp,
-                producer_id=r.producer_id,
-                producer_epoch=r.producer_epoch,
-                sequence=r.sequence,
+    out: dict[tuple[str, int], PartitionFetch] = {}
+    for r in rows:
+        key = (r.topic, r.partition)
+        if r.kind == "partition":
+            out[key] = PartitionFetch(
+                records=[],
+                log_start_offset=r.log_start_offset,
+                high_watermark=r.high_watermark,
+                last_stable_offset=r.last_stable_offset,
+                expired_transaction=bool(r.expired_open),
+                error=r.error,
             )
-            for r in rows
-        ],
-        int(rows[0].high_watermark),
-    )
+        else:
+            out[key].records.append(
+                FetchedRecord(
+                    offset=int(r.offset),
+                    key=r.key,
+                    value=r.value,
+                    headers=decode_headers(r.headers),
+                    timestamp=r.timestamp,
+                    producer_id=r.producer_id,
+                    producer_epoch=r.producer_epoch,
+                    sequence=r.sequence,
+                )
+            )
+    return out
+
+
+def fetch(
+    conn: sa.Connection,
+    *,
+    topic: str,
+    partition: int,
+    offset: int,
+    max_records: int = 500,
+    read_committed: bool = False,
+) -> FetchResult:
+    """Fetch one partition from ``offset`` (read_uncommitted unless asked).
+
+    UnknownTopicOrPartitionError or OffsetOutOfRangeError when the partition or offset is not there.
+    """
+    part = fetch_many(conn, {(topic, partition): offset}, max_records=max_records, read_committed=read_committed)[
+        (topic, partition)
+    ]
+    if part.error == "unknown_topic_or_partition":
+        raise UnknownTopicOrPartitionError(f"unknown partition {partition} of topic {topic!r}")
+    if part.error == "offset_out_of_range":
+        raise OffsetOutOfRangeError(
+            f"offset {offset} is outside {topic}-{partition}: the log holds "
+            f"[{part.log_start_offset}, {part.high_watermark})"
+        )
+    assert part.high_watermark is not None  # set on every row without an error
+    return FetchResult(part.records, part.high_watermark)
 
 
 def list_offsets(conn: sa.Connection, *, topic: str) -> list[PartitionOffsets]:
-    """ListOffsets: log start offset and high watermark of every partition of ``topic``."""
+    """ListOffsets: log start offset, high watermark and last stable offset of every partition."""
     rows = _driver(
         conn,
-        "SELECT partition, log_start_offset, high_watermark FROM list_offsets_v1(%(topic)s)",
+        "SELECT partition, log_start_offset, high_watermark, last_stable_offset FROM partition_offsets "
+        "WHERE topic = %(topic)s ORDER BY partition",
         {"topic": topic},
     ).all()
-    return [PartitionOffsets(int(r.partition), int(r.log_start_offset), int(r.high_watermark)) for r in rows]
+    if not rows:
+        raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}")
+    return [
+        PartitionOffsets(int(r.partition), int(r.log_start_offset), int(r.high_watermark), int(r.last_stable_offset))
+        for r in rows
+    ]
 
 
 def expire_producers(conn: sa.Connection, *, now: datetime | None = None) -> int:

@@ -42,8 +42,24 @@ class FetchedRecord:
     headers: tuple[tuple[str, bytes | None], ...]
     timestamp: datetime
     producer_id: int | None
-    producer_epoch: int | None
-    sequence: int | None
+    producer_epoch: int | None = None
+    sequence: int | None = None
+
+
+@dataclass(slots=True)
+class PartitionFetch:
+    """What one fetch saw of one partition: records, the offsets bounding them, or an error.
+
+    ``expired_transaction``: an open transaction past its timeout holds the last stable offset
+    back; the reader should have it aborted (``expire_transactions``) and fetch again.
+    """
+
+    records: list[FetchedRecord]
+    log_start_offset: int | None
+    high_watermark: int | None
+    last_stable_offset: int | None
+    expired_transaction: bool
+    error: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +77,7 @@ class PartitionOffsets:
     partition: int
     log_start_offset: int
     high_watermark: int
+    last_stable_offset: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -250,12 +250,20 @@ records = sa.Table(
         server_default=_now(),
         comment="The record's timestamp: the producer's create time, or the append time if none was given.",
     ),
+    sa.Column(
+        "aborted",
+        sa.Boolean,
+        nullable=False,
+        server_default=sa.false(),
+        comment="True for a data record of an aborted transaction (set by the abort); read_committed skips it.",
+    ),
     sa.ForeignKeyConstraint(
         ["topic_id", "partition"],
         [partitions.c.topic_id, partitions.c.partition],
         ondelete="CASCADE",
     ),
     sa.CheckConstraint('"offset" >= 0', name="offset_nonnegative"),
+    sa.CheckConstraint("NOT aborted OR is_transactional", name="aborted_is_transactional"),
     sa.CheckConstraint(
         f"producer_epoch IS NULL OR producer_epoch BETWEEN 0 AND {MAX_PRODUCER_EPOCH}", name="epoch_range"
     ),

@@ -1,0 +1,153 @@
+"""The transaction coordinator's operations: InitProducerId with a transactional id,
+AddPartitionsToTxn, EndTxn, and the operator's views of transactions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from oncelog.errors import TransactionalIdNotFoundError, TransactionTimeoutError
+from oncelog.store.errors import mapped_errors
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionalIdentity:
+    """What InitProducerId returns for a transactional id: the identity and the last transaction number."""
+
+    producer_id: int
+    epoch: int
+    txn_number: int
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionStatus:
+    """One row of the ``transaction_status`` view."""
+
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    txn_number: int
+    timeout_ms: int
+    txn_started_at: datetime | None
+    age: timedelta | None
+    expired: bool
+    partitions: list[str]
+    updated_at: datetime
+
+
+def _call(conn: sa.Connection, sql: str, params: dict[str, Any]) -> sa.CursorResult[Any]:
+    with mapped_errors():
+        return conn.exec_driver_sql(sql, params)
+
+
+def init_producer_id(
+    conn: sa.Connection,
+    *,
+    transactional_id: str,
+    transaction_timeout_ms: int,
+    producer_id: int | None = None,
+    epoch: int | None = None,
+) -> TransactionalIdentity:
+    """InitProducerId with a transactional id: bump the epoch (fencing older instances and aborting
+    their open transaction), or with the current (id, epoch) the KIP-360 bump."""
+    row = _call(
+        conn,
+        "SELECT producer_id, producer_epoch, txn_number FROM init_transactional_producer_id_v1("
+        "%(tid)s, %(timeout)s, %(pid)s, %(epoch)s::smallint)",
+        {"tid": transactional_id, "timeout": transaction_timeout_ms, "pid": producer_id, "epoch": epoch},
+    ).one()
+    return TransactionalIdentity(int(row.producer_id), int(row.producer_epoch), int(row.txn_number))
+
+
+def add_partitions_to_txn(
+    conn: sa.Connection,
+    *,
+    transactional_id: str,
+    producer_id: int,
+    epoch: int,
+    txn_number: int,
+    partitions: Iterable[tuple[str, int]],
+) -> None:
+    """AddPartitionsToTxn (opening transaction ``txn_number`` if the previous one completed)."""
+    pairs = list(partitions)
+    _call(
+        conn,
+        "SELECT add_partitions_to_txn_v1(%(tid)s, %(pid)s, %(epoch)s::smallint, %(n)s, %(topics)s::text[], "
+        "%(parts)s::integer[])",
+        {
+            "tid": transactional_id,
+            "pid": producer_id,
+            "epoch": epoch,
+            "n": txn_number,
+            "topics": [t for t, _ in pairs],
+            "parts": [p for _, p in pairs],
+        },
+    )
+
+
+def end_txn(
+    conn: sa.Connection, *, transactional_id: str, producer_id: int, epoch: int, txn_number: int, commit: bool
+) -> str:
+    """EndTxn: commit or abort transaction ``txn_number``.
+
+    Returns ``committed``/``aborted``, or ``already_committed``/``already_aborted`` for a retry
+    whose first attempt took effect. A commit that came after the timeout raises
+    TransactionTimeoutError (the store aborted the transaction and bumped the epoch).
+    """
+    outcome = str(
+        _call(
+            conn,
+            "SELECT end_txn_v1(%(tid)s, %(pid)s, %(epoch)s::smallint, %(n)s, %(commit)s)",
+            {"tid": transactional_id, "pid": producer_id, "epoch": epoch, "n": txn_number, "commit": commit},
+        ).scalar_one()
+    )
+    if outcome == "timed_out":
+        raise TransactionTimeoutError(
+            f"transaction {txn_number} of {transactional_id!r} exceeded its timeout and was aborted"
+        )
+    return outcome
+
+
+def expire_transactions(conn: sa.Connection, *, now: datetime | None = None) -> int:
+    """Abort transactions open past their timeout (fencing their epoch); expire idle transactional ids.
+    Returns the number of transactions aborted."""
+    return int(
+        _call(conn, "SELECT expire_transactions_v1(coalesce(%(now)s, clock_timestamp()))", {"now": now}).scalar_one()
+    )
+
+
+def abort_transaction(conn: sa.Connection, *, transactional_id: str) -> None:
+    """An operator's abort of an open transaction: fences its producer and aborts it."""
+    _call(conn, "SELECT abort_transaction_v1(%(tid)s)", {"tid": transactional_id})
+
+
+_STATUS = (
+    "SELECT transactional_id, state, producer_id, producer_epoch, txn_number, timeout_ms, txn_started_at, age, "
+    "expired, partitions, updated_at FROM transaction_status"
+)
+
+
+def list_transactions(
+    conn: sa.Connection, *, states: Iterable[str] | None = None, older_than: timedelta | None = None
+) -> list[TransactionStatus]:
+    """Transactional ids with their state (optionally only some states, or open longer than ``older_than``)."""
+    rows = _call(
+        conn,
+        _STATUS + " WHERE (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[])) "
+        "AND (%(older)s::interval IS NULL OR age > %(older)s::interval) ORDER BY transactional_id",
+        {"states": list(states) if states is not None else None, "older": older_than},
+    ).all()
+    return [TransactionStatus(**r._mapping) for r in rows]
+
+
+def describe_transaction(conn: sa.Connection, *, transactional_id: str) -> TransactionStatus:
+    """The coordinator state of one transactional id."""
+    row = _call(conn, _STATUS + " WHERE transactional_id = %(tid)s", {"tid": transactional_id}).one_or_none()
+    if row is None:
+        raise TransactionalIdNotFoundError(f"no transactional id {transactional_id!r}")
+    return TransactionStatus(**row._mapping)
