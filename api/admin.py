@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from oncelog.client import Client
-from oncelog.store import log, topics
+from oncelog.store import log, topics, txn
 from oncelog.store.topics import TopicConfig, TopicDescription
+from oncelog.store.txn import TransactionStatus
+
+#: Kafka's kafka-transactions.sh find-hanging default: open longer than 15 minutes.
+HANGING_AFTER = timedelta(minutes=15)
 
 
 class Admin(Client):
@@ -43,6 +49,34 @@ class Admin(Client):
         """Set per-topic settings; None resets a setting to its default (no limit for retention)."""
         with self._connect() as conn:
             topics.alter_topic_config(conn, name=name, config=config)
+
+    def list_transactions(self, states: list[str] | None = None) -> list[TransactionStatus]:
+        """Every transactional id with its coordinator state (optionally only these states)."""
+        with self._connect() as conn:
+            return txn.list_transactions(conn, states=states)
+
+    def describe_transaction(self, transactional_id: str) -> TransactionStatus:
+        """The coordinator state of one transactional id (TransactionalIdNotFoundError if unknown)."""
+        with self._connect() as conn:
+            return txn.describe_transaction(conn, transactional_id=transactional_id)
+
+    def find_hanging_transactions(self, older_than: timedelta = HANGING_AFTER) -> list[TransactionStatus]:
+        """Open transactions older than ``older_than``: the ones holding a last stable offset back."""
+        with self._connect() as conn:
+            return txn.list_transactions(
+                conn, states=["Ongoing", "PrepareCommit", "PrepareAbort"], older_than=older_than
+            )
+
+    def abort_transaction(self, transactional_id: str) -> None:
+        """Abort an open transaction through the coordinator: its producer is fenced, its records
+        are marked aborted, its pending offsets dropped, and the journal says so."""
+        with self._connect() as conn:
+            txn.abort_transaction(conn, transactional_id=transactional_id)
+
+    def expire_transactions(self) -> int:
+        """Abort transactions open past their timeout; expire idle transactional ids. Returns aborts."""
+        with self._connect() as conn:
+            return txn.expire_transactions(conn)
 
     def expire_producers(self) -> int:
         """Drop producer state idle past ``producer_id_expiration_ms``; returns state rows removed."""

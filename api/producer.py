@@ -365,7 +365,9 @@ class Producer(Client):
                 ),
             )
         except errors.OncelogError as exc:
-            self._record_txn_error(exc)
+            # As in Kafka, a failed InitProducerId (bad timeout, fenced, unknown mapping) leaves
+            # nothing to abort: the producer cannot go on. Retriable errors were retried above.
+            self._txn.transition_to_fatal_error(exc)
             raise
         self._identity = ProducerIdAndEpoch(ident.producer_id, ident.epoch)
         self._txn_number = ident.txn_number
@@ -411,7 +413,11 @@ class Producer(Client):
         timeout anyway)."""
         if self._closed:
             return
-        if self._txn is not None and self._txn.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR):
+        if (
+            self._txn is not None
+            and self._identity is not None
+            and self._txn.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR)
+        ):
             try:
                 self.abort_transaction(timeout)
             except errors.OncelogError:

@@ -14,6 +14,7 @@ import psycopg
 import sqlalchemy as sa
 
 from oncelog.cli.context import CliContext
+from oncelog.cli.coordinator import coordinator
 from oncelog.cli.db import db
 from oncelog.cli.demo import demo
 from oncelog.cli.devdb import dev_db
@@ -65,6 +66,7 @@ def cli(
 cli.add_command(db)
 cli.add_command(dev_db)
 cli.add_command(demo)
+cli.add_command(coordinator)
 
 
 def main() -> None:
