@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
@@ -120,9 +121,10 @@ def test_bad_transactional_config(db_url: str, config: dict[str, object]) -> Non
 
 
 def test_a_timeout_above_the_store_maximum_is_refused(db_url: str, admin: Admin) -> None:
-    with Producer(db_url, transactional_id="app", transaction_timeout_ms=900_001) as producer:
-        with pytest.raises(errors.InvalidTransactionTimeoutError):
-            producer.init_transactions()
+    producer = Producer(db_url, transactional_id="app", transaction_timeout_ms=900_001)
+    with producer, pytest.raises(errors.InvalidTransactionTimeoutError):
+        producer.init_transactions()
+    assert producer.transaction_state is None or producer.transaction_state is TxnState.FATAL_ERROR
 
 
 def test_an_empty_transaction_uses_up_its_number(db_url: str, admin: Admin, engine: sa.Engine) -> None:
@@ -134,7 +136,8 @@ def test_an_empty_transaction_uses_up_its_number(db_url: str, admin: Admin, engi
             producer.send("t", b"x", partition=0)
     with engine.connect() as conn:
         rows = conn.exec_driver_sql(
-            "SELECT txn_number, to_state FROM txn_history WHERE to_state IN ('CompleteCommit', 'CompleteAbort') ORDER BY id"
+            "SELECT txn_number, to_state FROM txn_history "
+            "WHERE to_state IN ('CompleteCommit', 'CompleteAbort') ORDER BY id"
         ).all()
     assert [tuple(r) for r in rows] == [(1, "CompleteCommit"), (2, "CompleteCommit")]
 
@@ -204,8 +207,6 @@ def test_read_committed_stops_at_the_last_stable_offset(db_url: str, admin: Admi
 
 
 def test_admin_lists_finds_and_aborts_hanging_transactions(db_url: str, admin: Admin, engine: sa.Engine) -> None:
-    from datetime import timedelta
-
     with Producer(db_url, transactional_id="stuck") as producer:
         producer.init_transactions()
         producer.begin_transaction()
