@@ -50,6 +50,8 @@ def translate(exc: BaseException) -> errors.OncelogError | None:
             return errors.DatabaseUnavailableError(_message(exc))
         if state in {"3F000", "42P01"}:  # invalid_schema_name, undefined_table
             return errors.SchemaNotReadyError(f"{_message(exc)}: run `oncelog db upgrade`")
+        if state.startswith("22"):  # data exceptions: a value the database cannot take
+            return errors.InvalidRequestError(_message(exc))
     orig = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
     if (isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated) or isinstance(
         orig, psycopg.OperationalError | psycopg.InterfaceError

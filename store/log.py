@@ -13,7 +13,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from oncelog.errors import InvalidRecordError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from oncelog.errors import (
+    InvalidRecordError,
+    InvalidRequestError,
+    OffsetOutOfRangeError,
+    OncelogError,
+    UnknownTopicOrPartitionError,
+)
 from oncelog.store.errors import mapped_errors
 from oncelog.store.records import (
     FetchedRecord,
@@ -42,6 +48,16 @@ _FETCH = (
 )
 
 
+_INT32 = 2**31 - 1
+_MAX_EPOCH = 32767
+
+
+def _check_range(name: str, value: int | None, high: int, error: type[OncelogError] = InvalidRecordError) -> None:
+    """Refuse a number the database column cannot hold, with a typed error, before sending it."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high):
+        raise error(f"{name} must be an integer from 0 to {high}, not {value!r}")
+
+
 def _driver(conn: sa.Connection, sql: str, params: dict[str, Any]) -> sa.CursorResult[Any]:
     with mapped_errors():
         return conn.exec_driver_sql(sql, params)
@@ -56,6 +72,8 @@ def init_producer_id(
     (KIP-360), the next epoch of that id: a retried bump gets the same answer, an exhausted epoch
     or an expired id a new producer id.
     """
+    _check_range("producer_id", producer_id, 2**63 - 1, InvalidRequestError)
+    _check_range("epoch", epoch, _MAX_EPOCH, InvalidRequestError)
     row = _driver(
         conn,
         "SELECT producer_id, producer_epoch FROM init_producer_id_v1(%(pid)s, %(epoch)s::smallint)",
@@ -84,6 +102,11 @@ def produce(
     """
     if isinstance(records, RecordIn):
         raise InvalidRecordError("records must be a sequence of RecordIn, not one RecordIn")
+    _check_range("partition", partition, _INT32, UnknownTopicOrPartitionError)
+    _check_range("producer_id", producer_id, 2**63 - 1)
+    _check_range("producer_epoch", producer_epoch, _MAX_EPOCH)
+    _check_range("base_sequence", base_sequence, _INT32)
+    _check_range("txn_number", txn_number, 2**63 - 1)
     headers = [encode_headers(r.headers) for r in records]
     timestamps: list[datetime | None] = [r.timestamp for r in records]
     row = _driver(

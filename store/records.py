@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from oncelog.errors import InvalidRecordError
+
 #: Headers as Kafka has them: ordered (key, value) pairs, keys may repeat, values may be None.
 Headers = Sequence[tuple[str, bytes | None]]
 
@@ -92,6 +94,10 @@ def encode_headers(headers: Headers | None) -> str | None:
     """Headers as the JSON text the log stores: ``[{"key": ..., "value": base64 or null}]``."""
     if not headers:
         return None
+    for k, _ in headers:
+        if "\x00" in k:
+            # jsonb (and so the log) cannot hold U+0000.
+            raise InvalidRecordError(f"header key {k!r} contains a NUL character")
     return json.dumps(
         [{"key": k, "value": None if v is None else base64.b64encode(bytes(v)).decode("ascii")} for k, v in headers],
         # jsonb's own text form (", " and ": ", UTF-8 unescaped), so the size a client computes

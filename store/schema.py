@@ -194,7 +194,7 @@ partitions = sa.Table(
         sa.BigInteger,
         nullable=False,
         server_default=sa.text("0"),
-        comment="Bytes of keys, values and headers between the log start and end; drives size retention.",
+        comment="Bytes of keys, values and headers from the log start to the log end; drives size retention.",
     ),
     sa.CheckConstraint("partition >= 0", name="partition_nonnegative"),
     sa.CheckConstraint("log_bytes >= 0", name="log_bytes_nonnegative"),
@@ -322,7 +322,8 @@ producers = sa.Table(
         sa.DateTime(timezone=True),
         nullable=False,
         server_default=_now(),
-        comment="When the producer id last initialised or wrote; drives expiration.",
+        comment="When the producer id was issued or its epoch last changed; with its sequence state, drives "
+        "expiration.",
     ),
     sa.UniqueConstraint("transactional_id"),
     sa.UniqueConstraint("producer_id", "transactional_id"),

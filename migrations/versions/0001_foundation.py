@@ -199,7 +199,7 @@ def upgrade(schema: str) -> None:
             sa.DateTime(timezone=True),
             server_default=sa.text("now()"),
             nullable=False,
-            comment="When the producer id last initialised or wrote; drives expiration.",
+            comment="When the producer id was issued or its epoch last changed; with its sequence state, drives expiration.",
         ),
         sa.CheckConstraint("epoch BETWEEN 0 AND 32767", name=op.f("ck_producers_epoch_range")),
         sa.CheckConstraint(

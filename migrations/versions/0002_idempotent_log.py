@@ -493,23 +493,25 @@ AS $fn$
 DECLARE
     pt record;
     v_start bigint;
-    v_first bigint;
     v_upto bigint;
+    v_first bigint;
     v_deleted bigint := 0;
     v_n bigint;
-    v_bytes bigint;
+    v_now_ms numeric := extract(epoch FROM p_now) * 1000;
 BEGIN
     IF p_batch IS NULL OR p_batch < 1 THEN
         RAISE EXCEPTION USING ERRCODE = 'OL000', MESSAGE = 'batch must be at least 1';
     END IF;
+    -- Every partition: one with no retention may still hold rows below its log start (left by
+    -- an earlier pass before retention was turned off); the min() probe is one index lookup.
     FOR pt IN
         SELECT p.topic_id, p.partition, p.log_start_offset, p.next_offset, p.log_bytes, t.retention_ms, t.retention_bytes
         FROM partitions p JOIN topics t USING (topic_id)
-        WHERE t.retention_ms IS NOT NULL OR t.retention_bytes IS NOT NULL
         ORDER BY p.topic_id, p.partition
     LOOP
         v_start := pt.log_start_offset;
-        IF pt.retention_ms IS NOT NULL THEN
+        -- A retention longer than the time since 1970 cannot apply (and would overflow).
+        IF pt.retention_ms IS NOT NULL AND pt.retention_ms < v_now_ms THEN
             -- The log start moves past the oldest records, up to the first one still young enough.
             SELECT coalesce(min(r."offset"), pt.next_offset) INTO v_upto FROM (
                 SELECT r."offset" FROM records r
@@ -519,6 +521,8 @@ BEGIN
             v_start := greatest(v_start, v_upto);
         END IF;
         IF pt.retention_bytes IS NOT NULL AND pt.log_bytes > pt.retention_bytes THEN
+            -- log_bytes counts the live log (from the log start), so drop the shortest prefix
+            -- that brings it within the limit.
             SELECT coalesce(min(c."offset") + 1, v_start) INTO v_upto FROM (
                 SELECT r."offset", sum(coalesce(octet_length(r.key), 0) + coalesce(octet_length(r.value), 0)
                                        + coalesce(octet_length(r.headers::text), 0)) OVER (ORDER BY r."offset") AS cum
@@ -527,9 +531,18 @@ BEGIN
             ) c WHERE c.cum >= pt.log_bytes - pt.retention_bytes;
             v_start := greatest(v_start, v_upto);
         END IF;
+        v_start := least(v_start, pt.next_offset);
         IF v_start > pt.log_start_offset THEN
-            -- A short update of the partition row: readers stop returning what is below it at once.
-            UPDATE partitions p SET log_start_offset = least(v_start, p.next_offset)
+            -- A short update of the partition row: readers stop returning what is below it at
+            -- once, and the live byte count drops by what left the log.
+            UPDATE partitions p
+            SET log_start_offset = v_start,
+                log_bytes = greatest(p.log_bytes - coalesce((
+                    SELECT sum(coalesce(octet_length(r.key), 0) + coalesce(octet_length(r.value), 0)
+                               + coalesce(octet_length(r.headers::text), 0))
+                    FROM records r
+                    WHERE r.topic_id = pt.topic_id AND r.partition = pt.partition
+                      AND r."offset" >= pt.log_start_offset AND r."offset" < v_start), 0), 0)
             WHERE p.topic_id = pt.topic_id AND p.partition = pt.partition;
         END IF;
         -- Delete at most p_batch records below the log start, oldest first; the caller repeats
@@ -537,15 +550,10 @@ BEGIN
         SELECT min(r."offset") INTO v_first FROM records r
         WHERE r.topic_id = pt.topic_id AND r.partition = pt.partition;
         IF v_first IS NOT NULL AND v_first < v_start THEN
-            WITH gone AS (
-                DELETE FROM records r
-                WHERE r.topic_id = pt.topic_id AND r.partition = pt.partition
-                  AND r."offset" >= v_first AND r."offset" < least(v_start, v_first + p_batch)
-                RETURNING coalesce(octet_length(r.key), 0) + coalesce(octet_length(r.value), 0)
-                          + coalesce(octet_length(r.headers::text), 0) AS sz)
-            SELECT count(*), coalesce(sum(sz), 0) INTO v_n, v_bytes FROM gone;
-            UPDATE partitions p SET log_bytes = greatest(p.log_bytes - v_bytes, 0)
-            WHERE p.topic_id = pt.topic_id AND p.partition = pt.partition;
+            DELETE FROM records r
+            WHERE r.topic_id = pt.topic_id AND r.partition = pt.partition
+              AND r."offset" >= v_first AND r."offset" < least(v_start, v_first + p_batch);
+            GET DIAGNOSTICS v_n = ROW_COUNT;
             v_deleted := v_deleted + v_n;
         END IF;
     END LOOP;
@@ -568,7 +576,7 @@ def upgrade(schema: str) -> None:
             sa.BigInteger(),
             server_default=sa.text("0"),
             nullable=False,
-            comment="Bytes of keys, values and headers between the log start and end; drives size retention.",
+            comment="Bytes of keys, values and headers from the log start to the log end; drives size retention.",
         ),
     )
     op.create_check_constraint(op.f("ck_partitions_log_bytes_nonnegative"), "partitions", "log_bytes >= 0")

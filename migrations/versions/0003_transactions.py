@@ -814,7 +814,9 @@ def upgrade(schema: str) -> None:
             comment="True for a data record of an aborted transaction (set by the abort); read_committed skips it.",
         ),
     )
-    op.create_check_constraint(op.f("ck_records_aborted_is_transactional"), "records", "NOT aborted OR is_transactional")
+    op.create_check_constraint(
+        op.f("ck_records_aborted_is_transactional"), "records", "NOT aborted OR is_transactional"
+    )
     op.execute(CREATE_SQL)
     op.execute(
         "DROP FUNCTION produce_v1(text, integer, bigint, smallint, integer, bytea[], bytea[], jsonb[], timestamptz[])"
