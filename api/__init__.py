@@ -9,13 +9,20 @@ from oncelog.admin import Admin
 from oncelog.consumer import Consumer
 from oncelog.errors import OncelogError
 from oncelog.producer import Producer
-from oncelog.types import ConsumerRecord, OffsetAndMetadata, RecordMetadata, TopicPartition
+from oncelog.types import (
+    ConsumerGroupMetadata,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    RecordMetadata,
+    TopicPartition,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Admin",
     "Consumer",
+    "ConsumerGroupMetadata",
     "ConsumerRecord",
     "OffsetAndMetadata",
     "OncelogError",

@@ -1,4 +1,4 @@
-"""``oncelog.Consumer``: read partitions by offset.
+"""``oncelog.Consumer``: read partitions by offset, alone or in a consumer group.
 
 ``isolation_level="read_committed"`` (the default, unlike Kafka's client) returns only records
 of committed transactions and plain writes, and stops at each partition's last stable offset;
@@ -6,22 +6,37 @@ of committed transactions and plain writes, and stops at each partition's last s
 
 Each poll reads all its partitions in ONE database snapshot, so a transaction that spans
 partitions is returned on all of them or on none (Kafka cannot promise this).
+
+With a ``group_id`` and :meth:`Consumer.subscribe`, the store assigns partitions (range or round
+robin) and a background thread heartbeats; a new generation seen by a heartbeat is applied at the
+next poll (``on_revoke`` / ``on_assign`` run there, on the caller's thread). Positions of newly
+assigned partitions start from the group's committed offsets, waiting while a transaction holds
+pending offsets for them (KIP-447), so a new owner never starts from a stale offset.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 
+from oncelog import errors
 from oncelog.client import Client
 from oncelog.errors import ConfigurationError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from oncelog.serde import Deserializer, resolve_deserializer
-from oncelog.store import log, txn
+from oncelog.store import groups, log, txn
 from oncelog.store.engine import DEFAULT_SCHEMA
-from oncelog.types import ConsumerRecord, TopicPartition
+from oncelog.store.groups import Membership
+from oncelog.types import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, TopicPartition
+
+logger = logging.getLogger(__name__)
 
 _ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 _RESETS = ("earliest", "latest", "none")
+_ASSIGNORS = ("range", "roundrobin")
+
+RebalanceCallback = Callable[[set[TopicPartition]], None]
 
 
 class NoOffsetForPartitionError(ConfigurationError):
@@ -29,12 +44,15 @@ class NoOffsetForPartitionError(ConfigurationError):
 
 
 class Consumer(Client):
-    """Read records from assigned partitions.
+    """Read records from assigned or subscribed partitions.
 
     >>> consumer = Consumer(url)  # read_committed
     >>> consumer.assign([TopicPartition("orders", 0)])
     >>> consumer.seek(TopicPartition("orders", 0), 0)
     >>> records = consumer.poll(timeout=1.0)
+
+    >>> members = Consumer(url, group_id="billing", enable_auto_commit=False)
+    >>> members.subscribe(["orders"], on_assign=print, on_revoke=print)
     """
 
     def __init__(
@@ -42,9 +60,19 @@ class Consumer(Client):
         database_url: str,
         *,
         schema: str = DEFAULT_SCHEMA,
+        group_id: str | None = None,
+        group_instance_id: str | None = None,
+        client_id: str | None = None,
         isolation_level: str = "read_committed",
+        enable_auto_commit: bool | None = None,
+        auto_commit_interval_ms: int = 5000,
         auto_offset_reset: str = "earliest",
+        session_timeout_ms: int = 45_000,
+        heartbeat_interval_ms: int = 3000,
+        max_poll_interval_ms: int = 300_000,
         max_poll_records: int = 500,
+        partition_assignment_strategy: str = "range",
+        default_api_timeout_ms: int = 60_000,
         fetch_min_backoff_ms: int = 5,
         fetch_max_backoff_ms: int = 200,
         key_deserializer: str | Deserializer | None = "bytes",
@@ -54,14 +82,36 @@ class Consumer(Client):
             raise ConfigurationError(f"isolation_level must be one of {_ISOLATION_LEVELS}, not {isolation_level!r}")
         if auto_offset_reset not in _RESETS:
             raise ConfigurationError(f"auto_offset_reset must be one of {_RESETS}, not {auto_offset_reset!r}")
+        if partition_assignment_strategy not in _ASSIGNORS:
+            raise ConfigurationError(f"partition_assignment_strategy must be one of {_ASSIGNORS}")
         if max_poll_records < 1:
             raise ConfigurationError("max_poll_records must be at least 1")
         if not 0 < fetch_min_backoff_ms <= fetch_max_backoff_ms:
             raise ConfigurationError("need 0 < fetch_min_backoff_ms <= fetch_max_backoff_ms")
-        super().__init__(database_url, schema=schema, pool_size=1)
+        if not 0 < heartbeat_interval_ms < session_timeout_ms:
+            raise ConfigurationError("need 0 < heartbeat_interval_ms < session_timeout_ms")
+        if max_poll_interval_ms <= 0 or auto_commit_interval_ms <= 0 or default_api_timeout_ms <= 0:
+            raise ConfigurationError("intervals and timeouts must be positive")
+        if group_id is not None and not (isinstance(group_id, str) and 1 <= len(group_id) <= 255):
+            raise errors.InvalidGroupIdError("group_id must be a string of 1 to 255 characters")
+        if group_instance_id is not None and group_id is None:
+            raise ConfigurationError("group_instance_id needs a group_id")
+        if enable_auto_commit and group_id is None:
+            raise ConfigurationError("enable_auto_commit needs a group_id")
+        super().__init__(database_url, schema=schema, pool_size=2)
         self.isolation_level = isolation_level
+        self.group_id = group_id
+        self._instance_id = group_instance_id
+        self._client_id = client_id
+        self._auto_commit = group_id is not None if enable_auto_commit is None else enable_auto_commit
+        self._auto_commit_interval = auto_commit_interval_ms / 1000
         self._reset = auto_offset_reset
+        self._session_timeout_ms = session_timeout_ms
+        self._heartbeat_interval = heartbeat_interval_ms / 1000
+        self._max_poll_interval = max_poll_interval_ms / 1000
         self._max_poll_records = max_poll_records
+        self._assignor = partition_assignment_strategy
+        self._api_timeout = default_api_timeout_ms / 1000
         self._min_backoff = fetch_min_backoff_ms / 1000
         self._max_backoff = fetch_max_backoff_ms / 1000
         self._key_de = resolve_deserializer(key_deserializer)
@@ -69,24 +119,68 @@ class Consumer(Client):
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
         self._paused: set[TopicPartition] = set()
+        self._awaiting: set[TopicPartition] = set()  # positions to be taken from committed offsets
         self._next = 0  # round-robin start, so one busy partition cannot starve the others
+
+        # Group state. The heartbeat thread writes _pending/_rejoin/_fatal under _group_lock; the
+        # caller's thread applies them in poll().
+        self._group_lock = threading.Lock()
+        self._subscription: list[str] | None = None
+        self._on_assign: RebalanceCallback | None = None
+        self._on_revoke: RebalanceCallback | None = None
+        self._member: Membership | None = None
+        self._pending: Membership | None = None
+        self._rejoin = False
+        self._fatal: errors.OncelogError | None = None
+        self._last_poll = time.monotonic()
+        self._last_auto_commit = time.monotonic()
+        self._stop = threading.Event()
+        self._heartbeat_thread: threading.Thread | None = None
 
     # --- assignment and positions -----------------------------------------------------------
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        """Read exactly these partitions (replacing any earlier assignment)."""
+        """Read exactly these partitions (replacing any earlier assignment); no group membership."""
+        if self._subscription is not None:
+            raise errors.IllegalStateError("this consumer subscribed; unsubscribe() before assign()")
         wanted = [TopicPartition(*tp) for tp in partitions]
-        with self._connect() as conn:
-            for tp in wanted:
-                offsets = {p.partition for p in log.list_offsets(conn, topic=tp.topic)}
-                if tp.partition not in offsets:
-                    raise UnknownTopicOrPartitionError(f"unknown partition {tp.partition} of topic {tp.topic!r}")
-        self._assignment = list(dict.fromkeys(wanted))
-        self._positions = {tp: pos for tp, pos in self._positions.items() if tp in self._assignment}
-        self._paused &= set(self._assignment)
+        self._bounds(wanted)  # raises for unknown partitions
+        self._set_assignment(wanted)
+        self._awaiting |= {tp for tp in self._assignment if tp not in self._positions}
+
+    def subscribe(
+        self,
+        topics: Iterable[str],
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+    ) -> None:
+        """Join the consumer group and read the partitions the store assigns to this member.
+
+        ``on_revoke(partitions)`` and ``on_assign(partitions)`` run on the caller's thread when a
+        rebalance takes partitions away or hands new ones over (at subscribe and in poll).
+        """
+        if self.group_id is None:
+            raise ConfigurationError("subscribe() needs a group_id")
+        names = sorted(set(topics))
+        if not names or not all(isinstance(t, str) for t in names):
+            raise ConfigurationError("subscribe to one or more topic names")
+        self._subscription = names
+        self._on_assign, self._on_revoke = on_assign, on_revoke
+        self._join()
+        if self._heartbeat_thread is None:
+            self._heartbeat_thread = threading.Thread(
+                target=self._heartbeat_loop, name="oncelog-consumer-heartbeat", daemon=True
+            )
+            self._heartbeat_thread.start()
+
+    def unsubscribe(self) -> None:
+        """Leave the group and drop the assignment."""
+        self._leave()
+        self._subscription = None
+        self._set_assignment([])
 
     def assignment(self) -> set[TopicPartition]:
-        """The assigned partitions."""
+        """The partitions this consumer reads now."""
         return set(self._assignment)
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
@@ -95,6 +189,7 @@ class Consumer(Client):
         if offset < 0:
             raise OffsetOutOfRangeError(f"offset must be >= 0, not {offset}")
         self._positions[tp] = offset
+        self._awaiting.discard(tp)
 
     def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         """Read from the log start of these (default: all assigned) partitions."""
@@ -108,7 +203,7 @@ class Consumer(Client):
         """The offset of the next record poll will return for ``partition``."""
         tp = self._assigned(partition)
         if tp not in self._positions:
-            self._reset_position(tp)
+            self._initial_positions([tp], wait=True)
         return self._positions[tp]
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
@@ -132,6 +227,46 @@ class Consumer(Client):
         """The paused partitions."""
         return set(self._paused)
 
+    # --- offsets ----------------------------------------------------------------------------
+
+    def commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None) -> None:
+        """Commit offsets (default: the current positions of the assigned partitions) for the group.
+
+        A member commits in its current generation, and only for its partitions; after a rebalance
+        it missed, the store answers ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID (the commit failed).
+        """
+        group_id = self._require_group()
+        if offsets is None:
+            offsets = {tp: pos for tp, pos in self._positions.items() if tp in self._assignment}
+        if not offsets:
+            return
+        member = self._member
+        with self._connect() as conn:
+            groups.offset_commit(
+                conn,
+                group_id=group_id,
+                offsets=_offset_map(offsets),
+                member_id=member.member_id if member else None,
+                group_instance_id=self._instance_id if member else None,
+                generation=member.generation if member else None,
+            )
+
+    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offsets (waiting, for read_committed, while a transaction holds
+        pending offsets for a partition)."""
+        group_id = self._require_group()
+        wanted = [TopicPartition(*tp) for tp in partitions]
+        found = self._fetch_committed(group_id, wanted, wait=True)
+        return {tp: found.get(tp) for tp in wanted}
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This member's identity, for ``Producer.send_offsets_to_transaction``."""
+        group_id = self._require_group()
+        member = self._member
+        if member is None:
+            raise errors.IllegalStateError("not a group member: subscribe() first")
+        return ConsumerGroupMetadata(group_id, member.generation, member.member_id, self._instance_id)
+
     # --- reading ----------------------------------------------------------------------------
 
     def poll(self, timeout: float = 0.0) -> list[ConsumerRecord]:
@@ -143,7 +278,12 @@ class Consumer(Client):
         deadline = time.monotonic() + max(timeout, 0.0)
         backoff = self._min_backoff
         while True:
+            self._last_poll = time.monotonic()
+            self._group_step()
+            if self._awaiting:
+                self._initial_positions(list(self._awaiting), wait=False)
             records = self._fetch_once()
+            self._maybe_auto_commit()
             remaining = deadline - time.monotonic()
             if records or remaining <= 0:
                 return records
@@ -151,15 +291,12 @@ class Consumer(Client):
             backoff = min(backoff * 2, self._max_backoff)
 
     def _fetch_once(self) -> list[ConsumerRecord]:
-        active = [tp for tp in self._assignment if tp not in self._paused]
+        active = [tp for tp in self._assignment if tp not in self._paused and tp in self._positions]
         if not active:
             return []
         start = self._next % len(active)
         self._next += 1
         order = active[start:] + active[:start]
-        for tp in order:
-            if tp not in self._positions:
-                self._reset_position(tp)
         read_committed = self.isolation_level == "read_committed"
         with self._connect() as conn:
             result = log.fetch_many(
@@ -202,7 +339,140 @@ class Consumer(Client):
                 self._positions[tp] = max(self._positions[tp], end)
         return out
 
+    def close(self) -> None:
+        """Commit (with auto-commit), leave the group (a static member keeps its place until its
+        session times out, so a restart does not rebalance), and release everything."""
+        if self._closed:
+            return
+        self._stop.set()
+        if self._heartbeat_thread is not None:
+            self._heartbeat_thread.join(10)
+        try:
+            if self._auto_commit and self._member is not None and self._positions:
+                self.commit()
+        except errors.OncelogError:
+            logger.warning("the final auto-commit failed", exc_info=True)
+        if self._instance_id is None:
+            try:
+                self._leave()
+            except errors.OncelogError:
+                logger.warning("leaving the group failed", exc_info=True)
+        super().close()
+
+    # --- group membership -------------------------------------------------------------------
+
+    def _require_group(self) -> str:
+        if self.group_id is None:
+            raise ConfigurationError("this consumer has no group_id")
+        return self.group_id
+
+    def _join(self) -> None:
+        assert self.group_id is not None and self._subscription is not None  # subscribe() checked
+        member = self._member
+        with self._connect() as conn:
+            try:
+                joined = groups.join_group(
+                    conn,
+                    group_id=self.group_id,
+                    topics=self._subscription,
+                    session_timeout_ms=self._session_timeout_ms,
+                    assignor=self._assignor,
+                    member_id=member.member_id if member else None,
+                    group_instance_id=self._instance_id,
+                    client_id=self._client_id,
+                )
+            except errors.UnknownMemberIdError:
+                # Removed meanwhile (session timeout): join as a new member.
+                joined = groups.join_group(
+                    conn,
+                    group_id=self.group_id,
+                    topics=self._subscription,
+                    session_timeout_ms=self._session_timeout_ms,
+                    assignor=self._assignor,
+                    group_instance_id=self._instance_id,
+                    client_id=self._client_id,
+                )
+        with self._group_lock:
+            self._rejoin = False
+            self._pending = None
+        self._apply_membership(joined)
+
+    def _leave(self) -> None:
+        member, self._member = self._member, None
+        if member is not None and self.group_id is not None:
+            with self._connect() as conn:
+                groups.leave_group(conn, group_id=self.group_id, member_id=member.member_id)
+
+    def _group_step(self) -> None:
+        """On the caller's thread: surface a fatal group error, rejoin, or apply a new generation."""
+        if self._subscription is None:
+            return
+        with self._group_lock:
+            fatal, rejoin, pending = self._fatal, self._rejoin, self._pending
+            self._pending = None
+        if fatal is not None:
+            raise fatal
+        if rejoin:
+            self._join()
+        elif pending is not None and (self._member is None or pending.generation != self._member.generation):
+            self._apply_membership(pending)
+
+    def _apply_membership(self, membership: Membership) -> None:
+        old = set(self._assignment)
+        new = {TopicPartition(t, p) for t, p in membership.assignment}
+        revoked, added = old - new, new - old
+        if revoked and self._on_revoke is not None:
+            self._on_revoke(revoked)
+        self._member = membership
+        self._set_assignment(sorted(new))
+        self._awaiting |= added
+        self._initial_positions(list(added), wait=False)
+        if added and self._on_assign is not None:
+            self._on_assign(added)
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(self._heartbeat_interval):
+            member = self._member
+            if member is None or self.group_id is None:
+                continue
+            if time.monotonic() - self._last_poll > self._max_poll_interval:
+                # Like Kafka: a member that stopped polling leaves, so its partitions move on;
+                # the next poll rejoins.
+                logger.warning("no poll for max_poll_interval_ms: leaving group %s", self.group_id)
+                try:
+                    self._leave()
+                except errors.OncelogError:
+                    logger.debug("leaving after max_poll_interval_ms failed", exc_info=True)
+                with self._group_lock:
+                    self._rejoin = True
+                continue
+            try:
+                with self._connect() as conn:
+                    seen = groups.heartbeat(
+                        conn, group_id=self.group_id, member_id=member.member_id, group_instance_id=self._instance_id
+                    )
+            except errors.UnknownMemberIdError:
+                with self._group_lock:
+                    self._rejoin = True
+            except errors.FencedInstanceIdError as exc:
+                with self._group_lock:
+                    self._fatal = exc
+                return
+            except errors.OncelogError:
+                logger.debug("heartbeat failed; retrying", exc_info=True)
+            else:
+                if seen.generation != member.generation:
+                    with self._group_lock:
+                        self._pending = seen
+
     # --- helpers ----------------------------------------------------------------------------
+
+    def _set_assignment(self, partitions: list[TopicPartition]) -> None:
+        self._assignment = list(dict.fromkeys(partitions))
+        keep = set(self._assignment)
+        self._positions = {tp: pos for tp, pos in self._positions.items() if tp in keep}
+        self._paused &= keep
+        self._awaiting &= keep
 
     def _assigned(self, partition: TopicPartition) -> TopicPartition:
         tp = TopicPartition(*partition)
@@ -213,9 +483,9 @@ class Consumer(Client):
     def _bounds(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
         wanted = [TopicPartition(*tp) for tp in partitions]
         out: dict[TopicPartition, tuple[int, int]] = {}
+        committed = self.isolation_level == "read_committed"
         with self._connect() as conn:
             for topic in dict.fromkeys(tp.topic for tp in wanted):
-                committed = self.isolation_level == "read_committed"
                 bounds = {
                     p.partition: (p.log_start_offset, p.last_stable_offset if committed else p.high_watermark)
                     for p in log.list_offsets(conn, topic=topic)
@@ -231,8 +501,83 @@ class Consumer(Client):
         tps = [self._assigned(tp) for tp in (self._assignment if partitions is None else partitions)]
         for tp, (start, hw) in self._bounds(tps).items():
             self._positions[tp] = hw if end else start
+            self._awaiting.discard(tp)
 
     def _reset_position(self, tp: TopicPartition) -> None:
         if self._reset == "none":
             raise NoOffsetForPartitionError(f"no position for {tp} and auto_offset_reset is 'none'")
         self._seek_to([tp], end=self._reset == "latest")
+
+    def _initial_positions(self, partitions: list[TopicPartition], *, wait: bool) -> None:
+        """Positions from the group's committed offsets (else auto_offset_reset). A partition whose
+        offsets a transaction holds stays awaiting; with ``wait`` this blocks (up to
+        default_api_timeout_ms) until that transaction ends."""
+        if not partitions:
+            return
+        if self.group_id is None:
+            for tp in partitions:
+                self._reset_position(tp)
+                self._awaiting.discard(tp)
+            return
+        found = self._fetch_committed(self.group_id, partitions, wait=wait)
+        for tp in partitions:
+            if tp in found:
+                committed = found[tp]
+                if committed is None:
+                    self._reset_position(tp)
+                else:
+                    self._positions[tp] = committed.offset
+                self._awaiting.discard(tp)
+
+    def _fetch_committed(
+        self, group_id: str, partitions: list[TopicPartition], *, wait: bool
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """Committed offsets of the stable partitions among ``partitions`` (all of them with ``wait``)."""
+        stable = self.isolation_level == "read_committed"
+        deadline = time.monotonic() + self._api_timeout
+        backoff = self._min_backoff
+        while True:
+            with self._connect() as conn:
+                answers = groups.offset_fetch(conn, group_id=group_id, partitions=partitions, require_stable=stable)
+                if any(a.expired_transaction for a in answers.values()):
+                    txn.expire_transactions(conn)  # a reader aborts the abandoned transaction
+            out: dict[TopicPartition, OffsetAndMetadata | None] = {}
+            unstable = []
+            for (topic, partition), a in answers.items():
+                tp = TopicPartition(topic, partition)
+                if a.error == "unknown_topic_or_partition":
+                    raise UnknownTopicOrPartitionError(f"unknown partition {partition} of topic {topic!r}")
+                if a.error == "unstable_offset_commit":
+                    unstable.append(tp)
+                    continue
+                out[tp] = None if a.offset is None else OffsetAndMetadata(a.offset, a.metadata)
+            if not unstable or not wait:
+                return out
+            if time.monotonic() + backoff > deadline:
+                raise errors.UnstableOffsetCommitError(
+                    f"a transaction still holds pending offsets for {sorted(unstable)} after default_api_timeout_ms"
+                )
+            time.sleep(backoff)
+            backoff = min(backoff * 2, self._max_backoff)
+
+    def _maybe_auto_commit(self) -> None:
+        if not self._auto_commit or self._member is None:
+            return
+        now = time.monotonic()
+        if now - self._last_auto_commit < self._auto_commit_interval:
+            return
+        self._last_auto_commit = now
+        try:
+            self.commit()
+        except (errors.IllegalGenerationError, errors.UnknownMemberIdError, errors.UnassignedPartitionError):
+            logger.info("auto-commit raced a rebalance; the new owner resumes from the last commit")
+
+
+def _offset_map(offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> dict[tuple[str, int], tuple[int, str]]:
+    out: dict[tuple[str, int], tuple[int, str]] = {}
+    for tp, value in offsets.items():
+        offset, metadata = (value.offset, value.metadata) if isinstance(value, OffsetAndMetadata) else (value, "")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise errors.InvalidRequestError(f"offset for {tp} must be an integer >= 0, not {offset!r}")
+        out[(tp[0], tp[1])] = (offset, metadata)
+    return out

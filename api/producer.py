@@ -33,11 +33,11 @@ from oncelog.accumulator import PendingRecord, ProducerBatch, RecordAccumulator
 from oncelog.client import Client
 from oncelog.partitioner import DefaultPartitioner, Partitioner
 from oncelog.serde import Serializer, resolve_serializer
-from oncelog.store import log, topics, txn
+from oncelog.store import groups, log, topics, txn
 from oncelog.store.engine import DEFAULT_SCHEMA
 from oncelog.store.records import Headers, ProducerIdAndEpoch, RecordIn, encode_headers, record_size
 from oncelog.txn_state import TransactionStateMachine, TxnState
-from oncelog.types import RecordMetadata, TopicPartition
+from oncelog.types import ConsumerGroupMetadata, OffsetAndMetadata, RecordMetadata, TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -305,6 +305,59 @@ class Producer(Client):
         state.transition_to(TxnState.READY)
         self._bump_metric("txn_abort_total")
         self._bump_metric("txn_abort_time_ms_total", (time.monotonic() - started) * 1000)
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+        group_metadata: ConsumerGroupMetadata,
+        timeout: float | None = None,
+    ) -> None:
+        """Commit a consumer group's offsets inside the current transaction (KIP-447): they become
+        the group's committed offsets exactly when the transaction commits, and vanish if it aborts.
+
+        ``offsets`` are the next offsets to read (positions), per partition. The store checks the
+        member, its generation and (beyond Kafka) that it owns those partitions; a member that
+        missed a rebalance gets an abortable error: abort the transaction, its output is dropped.
+        """
+        state = self._require_transactional()
+        state.require_in_transaction()
+        assert self._identity is not None and self.transactional_id is not None  # in a transaction
+        ident, tid, number = self._identity, self.transactional_id, self._txn_number
+        pairs = {}
+        for tp, value in offsets.items():
+            offset, metadata = (value.offset, value.metadata) if isinstance(value, OffsetAndMetadata) else (value, "")
+            pairs[(tp[0], tp[1])] = (offset, metadata)
+        try:
+            self._retrying(
+                timeout,
+                lambda conn: groups.txn_offset_commit(
+                    conn,
+                    transactional_id=tid,
+                    producer_id=ident.producer_id,
+                    epoch=ident.epoch,
+                    txn_number=number,
+                    group_id=group_metadata.group_id,
+                    member_id=group_metadata.member_id,
+                    group_instance_id=group_metadata.group_instance_id,
+                    generation=group_metadata.generation_id,
+                    offsets=pairs,
+                ),
+            )
+        except (
+            errors.UnknownMemberIdError,
+            errors.IllegalGenerationError,
+            errors.FencedInstanceIdError,
+            errors.UnassignedPartitionError,
+            errors.GroupIdNotFoundError,
+        ) as exc:
+            # The consumer is the zombie, not this producer: as in Kafka, the transaction can only
+            # abort; the producer itself carries on.
+            failed = errors.TransactionAbortableError(f"the consumer's offsets were refused: {exc}")
+            state.transition_to_abortable_error(failed)
+            raise failed from exc
+        except errors.OncelogError as exc:
+            self._record_txn_error(exc)
+            raise
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Producer]:

@@ -53,3 +53,14 @@ class ConsumerRecord:
     def topic_partition(self) -> TopicPartition:
         """The record's partition."""
         return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """What a transactional producer needs to commit a consumer's offsets in its transaction
+    (``Producer.send_offsets_to_transaction``): the member and generation they belong to."""
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None = None
