@@ -51,6 +51,9 @@ class ProducerBatch:
     #: The transaction the batch belongs to (transactional producers only).
     txn_number: int | None = None
     attempts: int = 0
+    #: An attempt may have been appended without our hearing back (a retriable failure): until a
+    #: retry under the same epoch and sequence settles it, the batch must keep them.
+    unknown_outcome: bool = False
     next_attempt_at: float = 0.0
     id: int = field(default_factory=lambda: next(_batch_ids))
 

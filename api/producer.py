@@ -37,7 +37,13 @@ from oncelog.store import groups, log, topics, txn
 from oncelog.store.engine import DEFAULT_SCHEMA
 from oncelog.store.records import Headers, ProducerIdAndEpoch, RecordIn, encode_headers, record_size
 from oncelog.txn_state import TransactionStateMachine, TxnState
-from oncelog.types import ConsumerGroupMetadata, OffsetAndMetadata, RecordMetadata, TopicPartition
+from oncelog.types import (
+    ConsumerGroupMetadata,
+    OffsetAndMetadata,
+    PreparedTransaction,
+    RecordMetadata,
+    TopicPartition,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +109,7 @@ class Producer(Client):
         self._txn_number = 0
         self._txn_aborting = False
         self._txn_needs_bump = False
+        self._prepared = False
         self._linger = linger_ms / 1000
         self._max_block = max_block_ms / 1000
         self._buffer_memory = buffer_memory
@@ -306,6 +313,24 @@ class Producer(Client):
         self._bump_metric("txn_abort_total")
         self._bump_metric("txn_abort_time_ms_total", (time.monotonic() - started) * 1000)
 
+    def prepare_transaction(self, timeout: float | None = None) -> PreparedTransaction:
+        """Flush the transaction and hand it over still open, for another party to end in a
+        database transaction of its own (``oncelog.store.txn.end_txn``), e.g. a Spark driver
+        committing every task's output at once. Like Kafka's KIP-939 prepare. This producer is
+        closed afterwards; the store aborts the transaction at its timeout if nobody ends it."""
+        state = self._require_transactional()
+        state.require_can_commit()
+        self.flush(timeout)
+        if state.has_error:
+            state.require_can_commit()  # raises the error a send recorded
+        assert self._identity is not None and self.transactional_id is not None  # in a transaction
+        prepared = PreparedTransaction(
+            self.transactional_id, self._identity.producer_id, self._identity.epoch, self._txn_number
+        )
+        self._prepared = True
+        self.close(timeout)
+        return prepared
+
     def send_offsets_to_transaction(
         self,
         offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
@@ -468,6 +493,7 @@ class Producer(Client):
             return
         if (
             self._txn is not None
+            and not self._prepared
             and self._identity is not None
             and self._txn.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR)
         ):
@@ -593,10 +619,20 @@ class Producer(Client):
             except Exception:  # a broken connection may fail to close; it is discarded anyway
                 logger.debug("closing a broken connection failed", exc_info=True)
 
-    def _ensure_identity(self) -> None:
-        """Get a producer id, or bump the epoch (KIP-360), before sequencing anything."""
+    def _ensure_identity(self, batch: ProducerBatch) -> bool:
+        """Get a producer id, or bump the epoch (KIP-360), before sequencing anything. Returns
+        False when ``batch`` must wait: a bump is due but other batches still have an unknown
+        outcome, and those are settled under the old epoch first (re-sequencing one of them under
+        the new epoch could append it twice; Kafka likewise bumps only with nothing in flight)."""
         if not self._idempotent or self._txn is not None or (self._identity is not None and not self._need_bump):
-            return  # a transactional producer gets its identity from init_transactions()
+            return True  # a transactional producer gets its identity from init_transactions()
+        if self._identity is not None:
+            if batch.unknown_outcome and batch.base_sequence is not None:
+                return True  # settle this one first, under its old epoch and sequence
+            with self._cond:
+                unsettled = any(b.unknown_outcome for b in self._acc.batches() if b is not batch)
+            if unsettled:
+                return False
         conn = self._connection()
         if self._identity is None:
             self._identity = log.init_producer_id(conn)
@@ -615,6 +651,7 @@ class Producer(Client):
         with self._cond:
             for b in self._acc.batches():
                 b.base_sequence = b.epoch = b.producer_id = None
+        return True
 
     def _send_batch(self, batch: ProducerBatch) -> None:
         started = time.monotonic()
@@ -625,7 +662,9 @@ class Producer(Client):
             self._finish_failed(batch, cause if self._txn.is_fatal and cause else aborted)
             return
         try:
-            self._ensure_identity()
+            if not self._ensure_identity(batch):
+                batch.next_attempt_at = time.monotonic() + self._backoff
+                return
             if self._idempotent and batch.base_sequence is None:
                 assert self._identity is not None  # set by _ensure_identity
                 batch.producer_id, batch.epoch = self._identity.producer_id, self._identity.epoch
@@ -670,6 +709,7 @@ class Producer(Client):
             # Unknown outcome (connection lost, server restarting) or a transient conflict:
             # resend the same batch with the same sequence until the delivery timeout.
             self._drop_connection(invalidate=True)
+            batch.unknown_outcome = self._idempotent
             if now - batch.created <= self._delivery_timeout:
                 self._schedule_retry(batch, now, exc)
                 return
@@ -683,6 +723,8 @@ class Producer(Client):
         if self._idempotent and isinstance(exc, _RESEQUENCE) and batch.attempts <= 3:
             # The store rejected the batch (nothing was appended) because its sequence state for
             # us differs from ours (expired, or an epoch mismatch): new epoch, same batch.
+            # (Had an earlier attempt landed, this retry would have been answered as a duplicate.)
+            batch.unknown_outcome = False
             self._need_bump = True
             self._schedule_retry(batch, now, exc)
             return

@@ -64,3 +64,14 @@ class ConsumerGroupMetadata:
     generation_id: int
     member_id: str
     group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTransaction:
+    """A flushed, still open transaction handed over by ``Producer.prepare_transaction`` for
+    another party to commit or abort (as in Kafka's KIP-939 two-phase commit)."""
+
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    txn_number: int

@@ -237,3 +237,24 @@ def enforce_retention(conn: sa.Connection, *, batch: int = 10_000, now: datetime
             conn, "SELECT enforce_retention_v1(%(batch)s, coalesce(%(now)s, now()))", {"batch": batch, "now": now}
         ).scalar_one()
     )
+
+
+def stable_bounds(conn: sa.Connection, *, topics: Sequence[str]) -> list[PartitionOffsets]:
+    """Log start, high watermark and last stable offset of every partition of ``topics``, fixed
+    in ONE snapshot: below these last stable offsets every record is decided and immutable."""
+    rows = _driver(
+        conn,
+        "SELECT topic, partition, log_start_offset, high_watermark, last_stable_offset FROM partition_offsets "
+        "WHERE topic = ANY(%(topics)s::text[]) ORDER BY topic, partition",
+        {"topics": list(topics)},
+    ).all()
+    found = {r.topic for r in rows}
+    missing = [t for t in topics if t not in found]
+    if missing:
+        raise UnknownTopicOrPartitionError(f"unknown topics {missing}")
+    return [
+        PartitionOffsets(
+            int(r.partition), int(r.log_start_offset), int(r.high_watermark), int(r.last_stable_offset), r.topic
+        )
+        for r in rows
+    ]

@@ -80,6 +80,7 @@ class PartitionOffsets:
     log_start_offset: int
     high_watermark: int
     last_stable_offset: int
+    topic: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -151,3 +151,15 @@ def describe_transaction(conn: sa.Connection, *, transactional_id: str) -> Trans
     if row is None:
         raise TransactionalIdNotFoundError(f"no transactional id {transactional_id!r}")
     return TransactionStatus(**row._mapping)
+
+
+def committed_transactional_ids(conn: sa.Connection, *, prefix: str) -> list[str]:
+    """Transactional ids starting with ``prefix`` that have ever committed a transaction (from the
+    journal, which survives re-initialisation): how a re-run job learns it already finished."""
+    rows = _call(
+        conn,
+        "SELECT DISTINCT transactional_id FROM txn_history "
+        "WHERE starts_with(transactional_id, %(p)s) AND to_state = 'CompleteCommit' ORDER BY 1",
+        {"p": prefix},
+    ).all()
+    return [r[0] for r in rows]

@@ -1,0 +1,108 @@
+"""The exactly-once pipeline: committed input from a group's offsets up to fixed bounds, a
+transform, the output written, and the input offsets committed in the same database transaction
+as the output. Re-running after a crash at any point neither skips nor duplicates."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+
+from oncelog import errors
+from oncelog.spark.reader import ReadRange, plan_ranges, read_ranges
+from oncelog.spark.writer import TaskHook, WriteResult, write
+from oncelog.store import create_engine, groups, txn
+from oncelog.store.engine import DEFAULT_SCHEMA
+
+Transform = Callable[[Any], Any]
+
+
+@dataclass
+class PipelineResult:
+    """What one run read, wrote and committed."""
+
+    group: str
+    input_offsets: int  # offsets consumed from the input (records, markers and aborted records)
+    output_records: int
+    ranges: list[ReadRange] = field(default_factory=list)
+    write: WriteResult | None = None
+
+
+def run_pipeline(
+    spark: Any,
+    database_url: str,
+    *,
+    input_topics: Iterable[str],
+    output_topic: str,
+    group: str,
+    transform: Transform,
+    schema: str = DEFAULT_SCHEMA,
+    max_records_per_task: int = 1_000_000,
+    transaction_timeout_ms: int = 600_000,
+    task_hook: TaskHook | None = None,
+    commit_retries: int = 5,
+) -> PipelineResult:
+    """Run one exactly-once pass of ``transform`` from ``input_topics`` to ``output_topic``.
+
+    The group's committed offsets (waited for while a transaction holds them) start the read; the
+    last stable offsets fixed now end it. ``transform(df)`` gets the committed input DataFrame and
+    returns one with ``value`` (and optional ``key``, ``partition``) columns. The output and the
+    new input offsets commit in one database transaction. The group must have no live members:
+    the pipeline commits as a standalone consumer.
+    """
+    topics = list(dict.fromkeys(input_topics))
+    engine = create_engine(database_url, schema=schema, poolclass=sa.NullPool)
+    prefix = f"oncelog-pipeline-{group}"
+    try:
+        # A previous run that died before its commit left open transactions: abort them now
+        # rather than at their timeout (their output must never be seen; the run redoes it).
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            for status in txn.list_transactions(conn, states=["Ongoing"]):
+                if status.transactional_id.startswith(prefix + "-"):
+                    txn.abort_transaction(conn, transactional_id=status.transactional_id)
+        ranges = plan_ranges(engine, topics, f"committed:{group}")
+        todo = [r for r in ranges if r.end > r.start]
+        input_offsets = sum(r.end - r.start for r in todo)
+        if not todo:
+            return PipelineResult(group, 0, 0, ranges)
+        source = read_ranges(spark, database_url, todo, schema=schema, max_records_per_task=max_records_per_task)
+        output = transform(source)
+        offsets = {(r.topic, r.partition): (r.end, "") for r in ranges}
+
+        def commit_offsets(conn: sa.Connection) -> None:
+            groups.offset_commit(conn, group_id=group, offsets=offsets)
+
+        result = _write_with_retries(
+            output,
+            database_url,
+            output_topic,
+            job_id=f"{prefix}-{int(time.time() * 1000)}",
+            schema=schema,
+            partition_col="partition" if "partition" in output.columns else None,
+            key_col="key" if "key" in output.columns else None,
+            transaction_timeout_ms=transaction_timeout_ms,
+            task_hook=task_hook,
+            also_commit=commit_offsets,
+            retries=commit_retries,
+        )
+        return PipelineResult(group, input_offsets, result.records, ranges, result)
+    finally:
+        engine.dispose()
+
+
+def _write_with_retries(output: Any, database_url: str, topic: str, *, retries: int, **kwargs: Any) -> WriteResult:
+    """Retry a write that failed retriably (a deadlock with another job's commit, a lost
+    connection) under the same job id: if the failed attempt's final commit did land, ``write``
+    finds the job committed and does nothing; otherwise the tasks run again, fencing the old ones."""
+    attempt = 0
+    while True:
+        try:
+            return write(output, database_url, topic, **kwargs)
+        except errors.OncelogError as exc:
+            attempt += 1
+            if not exc.retriable or attempt > retries:
+                raise
+            time.sleep(min(0.1 * 2**attempt, 2.0))
