@@ -18,6 +18,7 @@ from oncelog.cli.coordinator import coordinator
 from oncelog.cli.db import db
 from oncelog.cli.demo import demo
 from oncelog.cli.devdb import dev_db
+from oncelog.cli.spark import spark
 from oncelog.errors import OncelogError
 from oncelog.store.engine import DEFAULT_SCHEMA
 from oncelog.store.errors import translate
@@ -67,6 +68,7 @@ cli.add_command(db)
 cli.add_command(dev_db)
 cli.add_command(demo)
 cli.add_command(coordinator)
+cli.add_command(spark)
 
 
 def main() -> None:
