@@ -272,8 +272,10 @@ class Consumer(Client):
     def poll(self, timeout: float = 0.0) -> list[ConsumerRecord]:
         """Records from the assigned, unpaused partitions, waiting up to ``timeout`` seconds for some.
 
-        At most ``max_poll_records`` records, in offset order within each partition. Waiting backs
-        off from ``fetch_min_backoff_ms`` to ``fetch_max_backoff_ms`` between empty fetches.
+        At most ``max_poll_records`` records (or one per partition, if there are more partitions),
+        in offset order within each partition; a transaction is returned on all of its partitions
+        in this poll or on none. Waiting backs off from ``fetch_min_backoff_ms`` to
+        ``fetch_max_backoff_ms`` between empty fetches.
         """
         deadline = time.monotonic() + max(timeout, 0.0)
         backoff = self._min_backoff
@@ -298,11 +300,14 @@ class Consumer(Client):
         self._next += 1
         order = active[start:] + active[:start]
         read_committed = self.isolation_level == "read_committed"
+        # The budget is split between partitions inside the one fetch (not cut from its result),
+        # so the all-or-none guarantee for transactions covers exactly what poll returns.
+        per_partition = max(1, self._max_poll_records // len(order))
         with self._connect() as conn:
             result = log.fetch_many(
                 conn,
                 {tp: self._positions[tp] for tp in order},
-                max_records=self._max_poll_records,
+                max_records=per_partition,
                 read_committed=read_committed,
             )
             if read_committed and any(part.expired_transaction for part in result.values()):
@@ -319,7 +324,7 @@ class Consumer(Client):
                 # reset as Kafka does, by auto_offset_reset.
                 self._reset_position(tp)
                 continue
-            for r in part.records[: self._max_poll_records - len(out)]:
+            for r in part.records:
                 out.append(
                     ConsumerRecord(
                         topic=tp.topic,
@@ -333,10 +338,10 @@ class Consumer(Client):
                     )
                 )
                 self._positions[tp] = r.offset + 1
-            end = part.last_stable_offset if read_committed else part.high_watermark
-            if not part.records and end is not None:
-                # Nothing visible before the end: only markers (and aborted records) were there.
-                self._positions[tp] = max(self._positions[tp], end)
+            if not part.records and part.read_limit is not None:
+                # Nothing visible before where this read stopped: only markers (and aborted
+                # records) were there. Never past read_limit: records beyond it were withheld.
+                self._positions[tp] = max(self._positions[tp], part.read_limit)
         return out
 
     def close(self) -> None:

@@ -98,6 +98,12 @@ class ServerBinariesNotFoundError(OncelogError):
     """No PostgreSQL server binaries (initdb, pg_ctl) were found on this machine."""
 
 
+class AuthorizationError(OncelogError):
+    """The database role lacks the privilege for this operation (see the roles in docs/security.md)."""
+
+    kafka_name = "CLUSTER_AUTHORIZATION_FAILED"
+
+
 class EmbeddedServerError(OncelogError):
     """The embedded PostgreSQL server could not be started or stopped."""
 

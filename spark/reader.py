@@ -48,12 +48,14 @@ def plan_ranges(
             starts = {(tp[0], tp[1]): int(off) for tp, off in start.items()}
         elif start != "earliest":
             raise ConfigurationError("start is 'earliest', 'committed:<group>' or {TopicPartition: offset}")
-    ranges = []
-    for b in bounds:
-        topic = b.topic or ""
-        begin = max(starts.get((topic, b.partition), b.log_start_offset), b.log_start_offset)
-        ranges.append(ReadRange(topic, b.partition, begin, max(begin, b.last_stable_offset)))
-    return ranges
+        planned = []
+        for b in bounds:
+            topic = b.topic or ""
+            begin = max(starts.get((topic, b.partition), b.log_start_offset), b.log_start_offset)
+            planned.append((topic, b.partition, begin, max(begin, b.last_stable_offset)))
+        # A committed transaction spanning these partitions is read on all of them or none.
+        limits = log.consistent_limits(conn, planned)
+    return [ReadRange(t, p, begin, limits[(t, p)]) for t, p, begin, _ in planned]
 
 
 def _committed_starts(

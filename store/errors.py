@@ -50,9 +50,14 @@ def translate(exc: BaseException) -> errors.OncelogError | None:
             return errors.DatabaseUnavailableError(_message(exc))
         if state in {"3F000", "42P01"}:  # invalid_schema_name, undefined_table
             return errors.SchemaNotReadyError(f"{_message(exc)}: run `oncelog db upgrade`")
+        if state == "42501":  # insufficient_privilege
+            return errors.AuthorizationError(_message(exc))
         if state.startswith("22"):  # data exceptions: a value the database cannot take
             return errors.InvalidRequestError(_message(exc))
     orig = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
+    if isinstance(orig, psycopg.DataError) and state is None:
+        # Refused by the driver before sending (a NUL character in text, an out-of-range number).
+        return errors.InvalidRequestError(_message(exc))
     if (isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated) or isinstance(
         orig, psycopg.OperationalError | psycopg.InterfaceError
     ):

@@ -42,7 +42,7 @@ _PRODUCE = (
 )
 _FETCH = (
     'SELECT kind, topic, partition, "offset", key, value, headers, "timestamp", producer_id, producer_epoch, '
-    "sequence, log_start_offset, high_watermark, last_stable_offset, expired_open, error "
+    "sequence, log_start_offset, high_watermark, last_stable_offset, read_limit, expired_open, error "
     "FROM fetch_v2(%(topics)s::text[], %(partitions)s::integer[], %(offsets)s::bigint[], %(max_records)s, "
     "%(read_committed)s)"
 )
@@ -163,6 +163,7 @@ def fetch_many(
                 log_start_offset=r.log_start_offset,
                 high_watermark=r.high_watermark,
                 last_stable_offset=r.last_stable_offset,
+                read_limit=r.read_limit,
                 expired_transaction=bool(r.expired_open),
                 error=r.error,
             )
@@ -237,6 +238,25 @@ def enforce_retention(conn: sa.Connection, *, batch: int = 10_000, now: datetime
             conn, "SELECT enforce_retention_v1(%(batch)s, coalesce(%(now)s, now()))", {"batch": batch, "now": now}
         ).scalar_one()
     )
+
+
+def consistent_limits(conn: sa.Connection, ranges: Sequence[tuple[str, int, int, int]]) -> dict[tuple[str, int], int]:
+    """For ``(topic, partition, start, limit)`` ranges below their last stable offsets, the limits
+    under which every committed transaction is readable on all of these partitions or on none."""
+    rows = _driver(
+        conn,
+        "SELECT t.name, r.partition, r.lim FROM unnest(%(topics)s::text[], %(parts)s::integer[], "
+        "consistent_limits_v1((SELECT array_agg(t2.topic_id ORDER BY o.i) FROM unnest(%(topics)s::text[]) "
+        "WITH ORDINALITY AS o(name, i) JOIN topics t2 ON t2.name = o.name), %(parts)s::integer[], "
+        "%(starts)s::bigint[], %(limits)s::bigint[])) AS r(topic, partition, lim) JOIN topics t ON t.name = r.topic",
+        {
+            "topics": [r[0] for r in ranges],
+            "parts": [r[1] for r in ranges],
+            "starts": [r[2] for r in ranges],
+            "limits": [r[3] for r in ranges],
+        },
+    ).all()
+    return {(r.name, int(r.partition)): int(r.lim) for r in rows}
 
 
 def stable_bounds(conn: sa.Connection, *, topics: Sequence[str]) -> list[PartitionOffsets]:

@@ -60,6 +60,9 @@ class PartitionFetch:
     log_start_offset: int | None
     high_watermark: int | None
     last_stable_offset: int | None
+    #: Where this read stopped: the last stable offset (read_committed) or high watermark, pulled
+    #: back by the record cap and so that no committed transaction is returned only in part.
+    read_limit: int | None
     expired_transaction: bool
     error: str | None
 

@@ -251,6 +251,13 @@ records = sa.Table(
         comment="The record's timestamp: the producer's create time, or the append time if none was given.",
     ),
     sa.Column(
+        "txn_number",
+        sa.BigInteger,
+        nullable=True,
+        comment="For a transactional record or marker, the number of its transaction: (producer_id, txn_number) "
+        "names the transaction, so readers can return it on all partitions or none.",
+    ),
+    sa.Column(
         "aborted",
         sa.Boolean,
         nullable=False,
@@ -264,6 +271,8 @@ records = sa.Table(
     ),
     sa.CheckConstraint('"offset" >= 0', name="offset_nonnegative"),
     sa.CheckConstraint("NOT aborted OR is_transactional", name="aborted_is_transactional"),
+    sa.CheckConstraint("(txn_number IS NOT NULL) = is_transactional", name="txn_number_iff_transactional"),
+    sa.Index(None, "producer_id", "txn_number", postgresql_where=sa.text("is_transactional")),
     sa.CheckConstraint(
         f"producer_epoch IS NULL OR producer_epoch BETWEEN 0 AND {MAX_PRODUCER_EPOCH}", name="epoch_range"
     ),
@@ -418,6 +427,13 @@ transactions = sa.Table(
         sa.BigInteger,
         nullable=False,
         comment="The producer id currently serving this transactional id.",
+    ),
+    sa.Column(
+        "prev_producer_id",
+        sa.BigInteger,
+        nullable=True,
+        comment="The producer id this transactional id had before the current one (epoch exhaustion), so a "
+        "retried InitProducerId is recognised (KIP-360).",
     ),
     sa.Column(
         "state",

@@ -115,10 +115,16 @@ def end_txn(
 
 def expire_transactions(conn: sa.Connection, *, now: datetime | None = None) -> int:
     """Abort transactions open past their timeout (fencing their epoch); expire idle transactional ids.
-    Returns the number of transactions aborted."""
-    return int(
+    Returns the number of transactions aborted.
+
+    The SQL function aborts one per call, so that each abort keeps the lock order; use an
+    autocommit connection, so each call commits on its own (as every oncelog client does)."""
+    total = 0
+    while n := int(
         _call(conn, "SELECT expire_transactions_v1(coalesce(%(now)s, clock_timestamp()))", {"now": now}).scalar_one()
-    )
+    ):
+        total += n
+    return total
 
 
 def abort_transaction(conn: sa.Connection, *, transactional_id: str) -> None:

@@ -41,6 +41,7 @@ _OPEN = "('Ongoing', 'PrepareCommit', 'PrepareAbort')"
 
 FUNCTIONS = [
     "txn_complete_v1(text, boolean)",
+    "consistent_limits_v1(integer[], integer[], bigint[], bigint[])",
     "txn_fence_abort_v1(text, boolean)",
     "txn_check_v1(text, bigint, smallint, bigint, boolean)",
     "init_transactional_producer_id_v1(text, integer, bigint, smallint)",
@@ -92,9 +93,10 @@ BEGIN
               AND r."offset" >= tp.first_offset AND r."offset" < v_marker
               AND r.producer_id = t.producer_id AND r.is_transactional AND r.control_type IS NULL;
         END IF;
-        INSERT INTO records (topic_id, partition, "offset", producer_id, producer_epoch, is_transactional, control_type)
+        INSERT INTO records (topic_id, partition, "offset", producer_id, producer_epoch, is_transactional, control_type,
+                             txn_number)
         VALUES (tp.topic_id, tp.partition, v_marker, t.producer_id, v_epoch, true,
-                CASE WHEN p_commit THEN 'commit' ELSE 'abort' END);
+                CASE WHEN p_commit THEN 'commit' ELSE 'abort' END, t.txn_number);
         UPDATE partitions pt SET next_offset = v_marker + 1
         WHERE pt.topic_id = tp.topic_id AND pt.partition = tp.partition;
     END LOOP;
@@ -129,14 +131,27 @@ CREATE FUNCTION txn_fence_abort_v1(p_transactional_id text, p_recoverable boolea
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $fn$
+DECLARE
+    pr producers%ROWTYPE;
+    v_pid bigint;
 BEGIN
-    UPDATE producers p
-    SET epoch = least(p.epoch + 1, 32767),
-        last_epoch = CASE WHEN p_recoverable THEN p.epoch END,
-        last_used_at = now()
-    FROM transactions t
-    WHERE t.transactional_id = p_transactional_id AND p.producer_id = t.producer_id;
-    PERFORM txn_complete_v1(p_transactional_id, false);
+    SELECT p.* INTO pr FROM producers p JOIN transactions t ON t.producer_id = p.producer_id
+    WHERE t.transactional_id = p_transactional_id;
+    IF pr.epoch < 32767 THEN
+        -- 32767 itself is Kafka's fencing epoch: reachable by a fence, never handed to a producer.
+        UPDATE producers p
+        SET epoch = pr.epoch + 1, last_epoch = CASE WHEN p_recoverable THEN pr.epoch END, last_used_at = now()
+        WHERE p.producer_id = pr.producer_id;
+        PERFORM txn_complete_v1(p_transactional_id, false);
+    ELSE
+        -- No epoch left to fence with: abort, then retire the producer id itself (its holder then
+        -- gets INVALID_PRODUCER_ID_MAPPING). One update for state and id: one journalled transition.
+        PERFORM txn_complete_v1(p_transactional_id, false);
+        UPDATE producers p SET transactional_id = NULL WHERE p.producer_id = pr.producer_id;
+        INSERT INTO producers AS p (transactional_id) VALUES (p_transactional_id) RETURNING p.producer_id INTO v_pid;
+        UPDATE transactions x SET state = 'Empty', producer_id = v_pid, prev_producer_id = pr.producer_id
+        WHERE x.transactional_id = p_transactional_id;
+    END IF;
 END
 $fn$;
 COMMENT ON FUNCTION txn_fence_abort_v1(text, boolean) IS
@@ -210,6 +225,8 @@ DECLARE
     t transactions%ROWTYPE;
     pr producers%ROWTYPE;
     v_pid bigint;
+    v_prev bigint;
+    v_fenced boolean := false;
     v_max bigint := (SELECT s.transaction_max_timeout_ms FROM settings s);
 BEGIN
     IF p_transactional_id IS NULL OR length(p_transactional_id) NOT BETWEEN 1 AND 255 THEN
@@ -243,9 +260,17 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'OL305', MESSAGE = format('transaction of %L is completing', p_transactional_id);
     END IF;
     SELECT * INTO pr FROM producers p WHERE p.producer_id = t.producer_id FOR UPDATE;
+    v_prev := t.prev_producer_id;
 
     IF p_producer_id IS NOT NULL AND t.state <> 'Dead' THEN
         -- KIP-360: the caller names the identity it holds.
+        IF p_producer_id = t.prev_producer_id AND t.state <> 'Ongoing' AND EXISTS (
+            SELECT 1 FROM producers old WHERE old.producer_id = p_producer_id AND old.epoch = p_epoch AND p_epoch >= 32766) THEN
+            -- A retried bump that moved an exhausted epoch to a new producer id: the same answer.
+            UPDATE transactions x SET timeout_ms = p_timeout_ms WHERE x.transactional_id = p_transactional_id;
+            RETURN QUERY SELECT pr.producer_id, pr.epoch, t.txn_number;
+            RETURN;
+        END IF;
         IF p_producer_id <> t.producer_id THEN
             RAISE EXCEPTION USING ERRCODE = 'OL301',
                 MESSAGE = format('transactional id %L is now served by another producer id', p_transactional_id);
@@ -257,29 +282,40 @@ BEGIN
                 RAISE EXCEPTION USING ERRCODE = 'OL301',
                     MESSAGE = format('transactional id %L: epoch %s is in use by another instance', p_transactional_id, pr.epoch);
             END IF;
-            UPDATE transactions x SET timeout_ms = p_timeout_ms WHERE x.transactional_id = p_transactional_id;
-            RETURN QUERY SELECT pr.producer_id, pr.epoch, t.txn_number;
-            RETURN;
-        END IF;
-        IF p_epoch <> pr.epoch THEN
+            IF pr.epoch < 32766 THEN
+                UPDATE transactions x SET timeout_ms = p_timeout_ms WHERE x.transactional_id = p_transactional_id;
+                RETURN QUERY SELECT pr.producer_id, pr.epoch, t.txn_number;
+                RETURN;
+            END IF;
+            -- The current epoch is exhausted (or the fencing epoch): a new producer id below.
+        ELSIF p_epoch <> pr.epoch THEN
             RAISE EXCEPTION USING ERRCODE = 'OL301',
                 MESSAGE = format('transactional id %L: epoch %s is fenced by epoch %s', p_transactional_id, p_epoch, pr.epoch);
         END IF;
     END IF;
 
-    -- Bump. An open transaction of the old epoch is aborted first, with the new epoch: once this
+    -- Bump. An open transaction of the old epoch is aborted first, with a fencing epoch: once this
     -- commits, no call of the old epoch can land (they all check the epoch under the row lock).
     IF t.state = 'Ongoing' THEN
         PERFORM txn_fence_abort_v1(p_transactional_id, false);
+        SELECT * INTO t FROM transactions x WHERE x.transactional_id = p_transactional_id;
         SELECT * INTO pr FROM producers p WHERE p.producer_id = t.producer_id;
+        v_prev := t.prev_producer_id;
+        v_fenced := true;
+    END IF;
+    IF t.state = 'Dead' OR pr.epoch >= 32766 THEN
+        -- An expired transactional id, or an exhausted epoch (32767 is never handed out): a new
+        -- producer id at epoch 0. The old id is retired (the deferred key lets both rows change
+        -- in this transaction) and remembered, so a retry of this call is recognised.
+        v_prev := pr.producer_id;
+        UPDATE producers p SET transactional_id = NULL WHERE p.producer_id = pr.producer_id;
+        INSERT INTO producers AS p (transactional_id) VALUES (p_transactional_id) RETURNING * INTO pr;
+    ELSIF v_fenced THEN
+        -- The fence's epoch is this instance's; a retry of this call with the caller's old
+        -- identity is recognised through last_epoch.
         IF p_producer_id IS NOT NULL THEN
             UPDATE producers p SET last_epoch = p_epoch WHERE p.producer_id = pr.producer_id;
         END IF;
-    ELSIF t.state = 'Dead' OR pr.epoch >= 32766 THEN
-        -- An expired transactional id, or an exhausted epoch: a new producer id at epoch 0. The
-        -- old id is retired (the deferred key lets both rows change in this transaction).
-        UPDATE producers p SET transactional_id = NULL WHERE p.producer_id = pr.producer_id;
-        INSERT INTO producers AS p (transactional_id) VALUES (p_transactional_id) RETURNING * INTO pr;
     ELSE
         UPDATE producers p
         SET epoch = pr.epoch + 1, last_epoch = CASE WHEN p_producer_id IS NOT NULL THEN pr.epoch END, last_used_at = now()
@@ -287,7 +323,8 @@ BEGIN
         RETURNING * INTO pr;
     END IF;
     -- One update for the state and the (possibly new) producer id: one journalled transition.
-    UPDATE transactions x SET state = 'Empty', producer_id = pr.producer_id, timeout_ms = p_timeout_ms
+    UPDATE transactions x
+    SET state = 'Empty', producer_id = pr.producer_id, prev_producer_id = v_prev, timeout_ms = p_timeout_ms
     WHERE x.transactional_id = p_transactional_id
     RETURNING * INTO t;
     RETURN QUERY SELECT pr.producer_id, pr.epoch, t.txn_number;
@@ -486,11 +523,11 @@ BEGIN
     END IF;
 
     INSERT INTO records (topic_id, partition, "offset", producer_id, producer_epoch, sequence, is_transactional,
-                         key, value, headers, "timestamp")
+                         key, value, headers, "timestamp", txn_number)
     SELECT v_topic_id, p_partition, v_next + r.o - 1, p_producer_id, p_producer_epoch,
            CASE WHEN p_producer_id IS NOT NULL
                 THEN ((p_base_sequence::bigint + r.o - 1) % 2147483648)::integer END,
-           v_txn, r.k, r.v, r.h, coalesce(r.ts, v_now)
+           v_txn, r.k, r.v, r.h, coalesce(r.ts, v_now), CASE WHEN v_txn THEN p_txn_number END
     FROM unnest(p_keys, p_values,
                 coalesce(p_headers, array_fill(NULL::jsonb, ARRAY[v_n])),
                 coalesce(p_timestamps, array_fill(NULL::timestamptz, ARRAY[v_n])))
@@ -629,16 +666,19 @@ DECLARE
     v_n integer := 0;
     v_idle bigint := (SELECT s.transactional_id_expiration_ms FROM settings s);
 BEGIN
-    -- SKIP LOCKED: a transaction being committed or appended to right now is not waited for.
-    FOR v_id IN
-        SELECT x.transactional_id FROM transactions x
-        WHERE x.state = 'Ongoing' AND x.txn_started_at + make_interval(secs => x.timeout_ms / 1000.0) < p_now
-        ORDER BY x.transactional_id
-        FOR UPDATE SKIP LOCKED
-    LOOP
+    -- At most ONE abort per call (the caller loops, one database transaction each): aborting two
+    -- here would hold the first one's partition locks while taking the second's, out of the
+    -- (topic_id, partition) lock order. SKIP LOCKED: a transaction being committed or appended to
+    -- right now is not waited for.
+    SELECT x.transactional_id INTO v_id FROM transactions x
+    WHERE x.state = 'Ongoing' AND x.txn_started_at + make_interval(secs => x.timeout_ms / 1000.0) < p_now
+    ORDER BY x.txn_started_at
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED;
+    IF v_id IS NOT NULL THEN
         PERFORM txn_fence_abort_v1(v_id, true);
-        v_n := v_n + 1;
-    END LOOP;
+        v_n := 1;
+    END IF;
     -- Rule 21: transactional ids idle in Empty/Complete* past the expiration become Dead.
     UPDATE transactions x SET state = 'Dead'
     WHERE x.transactional_id IN (
@@ -650,9 +690,60 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION expire_transactions_v1(timestamptz) IS
-  'Maintenance (also called by readers that meet an expired transaction): fences and aborts transactions open '
-  'past their timeout, and moves transactional ids idle past transactional_id_expiration_ms to Dead. '
-  'Returns the number of transactions aborted.';
+  'Maintenance (also called by readers that meet an expired transaction): fences and aborts the oldest '
+  'transaction open past its timeout (one per call, to keep the lock order: call again until 0), and moves '
+  'transactional ids idle past transactional_id_expiration_ms to Dead. Returns the number aborted (0 or 1).';
+
+-- Read limits under which every committed transaction is readable on all of the given partitions
+-- or on none. A committed transaction can sit below one partition's last stable offset and above
+-- another's (held back there by another open transaction, or by a record cap): its records are then
+-- withheld everywhere, by pulling each partition's limit back to its first record, until nothing
+-- changes (a cut can expose another such transaction). STABLE: it sees its caller's snapshot.
+CREATE FUNCTION consistent_limits_v1(p_topic_ids integer[], p_partitions integer[], p_starts bigint[],
+                                     p_limits bigint[])
+RETURNS bigint[]
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_limits bigint[] := p_limits;
+    v_changed boolean := true;
+    v_cut bigint;
+    i integer;
+BEGIN
+    WHILE v_changed LOOP
+        v_changed := false;
+        FOR i IN 1 .. coalesce(cardinality(p_topic_ids), 0) LOOP
+            WITH here AS (
+                -- Committed transactions with records in this partition's readable range.
+                SELECT DISTINCT r.producer_id, r.txn_number FROM records r
+                WHERE r.topic_id = p_topic_ids[i] AND r.partition = p_partitions[i]
+                  AND r."offset" >= p_starts[i] AND r."offset" < v_limits[i]
+                  AND r.is_transactional AND r.control_type IS NULL AND NOT r.aborted
+            ), torn AS (
+                -- ... that also have a record at or past another requested partition's limit.
+                SELECT h.producer_id, h.txn_number FROM here h
+                WHERE EXISTS (
+                    SELECT 1 FROM records x
+                    JOIN unnest(p_topic_ids, p_partitions, v_limits) AS o(topic_id, partition, lim)
+                      ON x.topic_id = o.topic_id AND x.partition = o.partition AND x."offset" >= o.lim
+                    WHERE x.producer_id = h.producer_id AND x.txn_number = h.txn_number AND x.control_type IS NULL)
+            )
+            SELECT min(r."offset") INTO v_cut FROM records r JOIN torn USING (producer_id, txn_number)
+            WHERE r.topic_id = p_topic_ids[i] AND r.partition = p_partitions[i]
+              AND r."offset" >= p_starts[i] AND r."offset" < v_limits[i];
+            IF v_cut IS NOT NULL AND v_cut < v_limits[i] THEN
+                v_limits[i] := v_cut;
+                v_changed := true;
+            END IF;
+        END LOOP;
+    END LOOP;
+    RETURN v_limits;
+END
+$fn$;
+COMMENT ON FUNCTION consistent_limits_v1(integer[], integer[], bigint[], bigint[]) IS
+  'Read limits (at most p_limits, e.g. the last stable offsets) under which every committed transaction is '
+  'readable on all of the given partitions or on none.';
 
 -- Reads many partitions in ONE snapshot (a STABLE function sees the snapshot of its calling
 -- statement), so a transaction that spans them is seen on all or on none. For each requested
@@ -662,19 +753,34 @@ CREATE FUNCTION fetch_v2(p_topics text[], p_partitions integer[], p_offsets bigi
 RETURNS TABLE (
     kind text, topic text, partition integer, "offset" bigint, key bytea, value bytea, headers jsonb,
     "timestamp" timestamptz, producer_id bigint, producer_epoch smallint, sequence integer,
-    log_start_offset bigint, high_watermark bigint,
-    last_stable_offset bigint, expired_open boolean, error text)
+    log_start_offset bigint, high_watermark bigint, last_stable_offset bigint, read_limit bigint,
+    expired_open boolean, error text)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $fn$
 DECLARE
+    n integer := coalesce(cardinality(p_topics), 0);
     i integer;
-    v_topic_id integer;
+    v_topic_ids integer[] := array_fill(NULL::integer, ARRAY[n]);
+    v_starts bigint[] := array_fill(NULL::bigint, ARRAY[n]);
+    v_ends bigint[] := array_fill(NULL::bigint, ARRAY[n]);
+    v_lsos bigint[] := array_fill(NULL::bigint, ARRAY[n]);
+    v_limits bigint[] := array_fill(NULL::bigint, ARRAY[n]);
+    v_expired boolean[] := array_fill(false, ARRAY[n]);
+    v_errors text[] := array_fill(NULL::text, ARRAY[n]);
+    v_cap bigint;
+    v_tid integer;
     v_start bigint;
     v_end bigint;
     v_lso bigint;
-    v_expired boolean;
-    v_limit bigint;
+    v_exp boolean;
+    v_torn_possible boolean := false;
+    ok_ids integer[];
+    ok_parts integer[];
+    ok_starts bigint[];
+    ok_limits bigint[];
+    ok_index integer[];
+    cut bigint[];
 BEGIN
     IF cardinality(p_topics) IS DISTINCT FROM cardinality(p_partitions)
        OR cardinality(p_topics) IS DISTINCT FROM cardinality(p_offsets) THEN
@@ -683,41 +789,73 @@ BEGIN
     IF p_max_records IS NULL OR p_max_records < 1 THEN
         RAISE EXCEPTION USING ERRCODE = 'OL000', MESSAGE = 'max records must be at least 1';
     END IF;
-    FOR i IN 1 .. coalesce(cardinality(p_topics), 0) LOOP
-        SELECT pt.topic_id, pt.log_start_offset, pt.next_offset INTO v_topic_id, v_start, v_end
+    -- Phase 1: each partition's bounds, and the limit this read stops at.
+    FOR i IN 1 .. n LOOP
+        v_tid := NULL;
+        SELECT pt.topic_id, pt.log_start_offset, pt.next_offset INTO v_tid, v_start, v_end
         FROM partitions pt JOIN topics t USING (topic_id)
         WHERE t.name = p_topics[i] AND pt.partition = p_partitions[i];
-        IF NOT FOUND THEN
-            RETURN QUERY SELECT 'partition', p_topics[i], p_partitions[i], NULL::bigint, NULL::bytea, NULL::bytea,
-                NULL::jsonb, NULL::timestamptz, NULL::bigint, NULL::smallint, NULL::integer, NULL::bigint, NULL::bigint, NULL::bigint, false,
-                'unknown_topic_or_partition';
+        IF v_tid IS NULL THEN
+            v_errors[i] := 'unknown_topic_or_partition';
             CONTINUE;
         END IF;
+        v_topic_ids[i] := v_tid;
+        v_starts[i] := v_start;
+        v_ends[i] := v_end;
         -- Last stable offset: the first offset of the oldest open transaction, else the end.
-        SELECT min(x.first_offset),
-               coalesce(bool_or(t.txn_started_at + make_interval(secs => t.timeout_ms / 1000.0) < clock_timestamp()), false)
-        INTO v_lso, v_expired
-        FROM txn_partitions x JOIN transactions t USING (transactional_id)
-        WHERE x.topic_id = v_topic_id AND x.partition = p_partitions[i] AND x.first_offset IS NOT NULL
-          AND t.state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort');
-        v_lso := least(coalesce(v_lso, v_end), v_end);
-        v_limit := CASE WHEN p_read_committed THEN v_lso ELSE v_end END;
-        IF p_offsets[i] IS NULL OR p_offsets[i] < v_start OR p_offsets[i] > v_end THEN
-            RETURN QUERY SELECT 'partition', p_topics[i], p_partitions[i], p_offsets[i], NULL::bytea, NULL::bytea,
-                NULL::jsonb, NULL::timestamptz, NULL::bigint, NULL::smallint, NULL::integer, v_start, v_end, v_lso, v_expired, 'offset_out_of_range';
+        SELECT least(coalesce(min(x.first_offset), v_ends[i]), v_ends[i]),
+               coalesce(bool_or(tx.txn_started_at + make_interval(secs => tx.timeout_ms / 1000.0) < clock_timestamp()), false)
+        INTO v_lso, v_exp
+        FROM txn_partitions x JOIN transactions tx USING (transactional_id)
+        WHERE x.topic_id = v_tid AND x.partition = p_partitions[i] AND x.first_offset IS NOT NULL
+          AND tx.state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort');
+        v_lsos[i] := v_lso;
+        v_expired[i] := v_exp;
+        IF p_offsets[i] IS NULL OR p_offsets[i] < v_starts[i] OR p_offsets[i] > v_ends[i] THEN
+            v_errors[i] := 'offset_out_of_range';
             CONTINUE;
         END IF;
+        v_limits[i] := CASE WHEN p_read_committed THEN v_lsos[i] ELSE v_ends[i] END;
+        IF p_read_committed THEN
+            -- The record cap is a limit too, so that the consistency cut below covers it.
+            v_cap := NULL;
+            SELECT r."offset" INTO v_cap FROM records r
+            WHERE r.topic_id = v_topic_ids[i] AND r.partition = p_partitions[i]
+              AND r."offset" >= p_offsets[i] AND r."offset" < v_limits[i]
+              AND r.control_type IS NULL AND NOT r.aborted
+            ORDER BY r."offset" OFFSET p_max_records LIMIT 1;
+            v_limits[i] := coalesce(least(v_limits[i], v_cap), v_limits[i]);
+            v_torn_possible := v_torn_possible OR v_limits[i] < v_ends[i];
+        END IF;
+    END LOOP;
+    -- A committed transaction is returned on all of the requested partitions or on none. Only
+    -- possible to break when some limit falls short of its partition's end.
+    IF p_read_committed AND v_torn_possible THEN
+        SELECT array_agg(v_topic_ids[j] ORDER BY j), array_agg(p_partitions[j] ORDER BY j),
+               array_agg(p_offsets[j] ORDER BY j), array_agg(v_limits[j] ORDER BY j), array_agg(j ORDER BY j)
+        INTO ok_ids, ok_parts, ok_starts, ok_limits, ok_index
+        FROM generate_series(1, n) AS j WHERE v_errors[j] IS NULL;
+        cut := consistent_limits_v1(ok_ids, ok_parts, ok_starts, ok_limits);
+        FOR i IN 1 .. coalesce(cardinality(ok_index), 0) LOOP
+            v_limits[ok_index[i]] := cut[i];
+        END LOOP;
+    END IF;
+    -- Phase 2: a 'partition' row for each, then its records below the limit.
+    FOR i IN 1 .. n LOOP
         RETURN QUERY SELECT 'partition', p_topics[i], p_partitions[i], p_offsets[i], NULL::bytea, NULL::bytea,
-            NULL::jsonb, NULL::timestamptz, NULL::bigint, NULL::smallint, NULL::integer, v_start, v_end, v_lso, v_expired, NULL::text;
-        -- Control records are never returned; read_committed also skips aborted records and
-        -- stops at the last stable offset.
+            NULL::jsonb, NULL::timestamptz, NULL::bigint, NULL::smallint, NULL::integer, v_starts[i], v_ends[i],
+            v_lsos[i], v_limits[i], v_expired[i], v_errors[i];
+        IF v_errors[i] IS NOT NULL THEN
+            CONTINUE;
+        END IF;
+        -- Control records are never returned; read_committed also skips aborted records.
         RETURN QUERY
         SELECT 'record', p_topics[i], p_partitions[i], r."offset", r.key, r.value, r.headers, r."timestamp",
-               r.producer_id, r.producer_epoch, r.sequence, NULL::bigint, NULL::bigint, NULL::bigint, NULL::boolean,
-               NULL::text
+               r.producer_id, r.producer_epoch, r.sequence, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint,
+               NULL::boolean, NULL::text
         FROM records r
-        WHERE r.topic_id = v_topic_id AND r.partition = p_partitions[i]
-          AND r."offset" >= p_offsets[i] AND r."offset" < v_limit AND r.control_type IS NULL
+        WHERE r.topic_id = v_topic_ids[i] AND r.partition = p_partitions[i]
+          AND r."offset" >= p_offsets[i] AND r."offset" < v_limits[i] AND r.control_type IS NULL
           AND NOT (p_read_committed AND r.aborted)
         ORDER BY r."offset"
         LIMIT p_max_records;
@@ -726,8 +864,9 @@ END
 $fn$;
 COMMENT ON FUNCTION fetch_v2(text[], integer[], bigint[], integer, boolean) IS
   'Fetch many partitions in one snapshot: per partition a ''partition'' row (log start, high watermark, last '
-  'stable offset, whether an expired transaction holds it, or an error) then up to p_max_records records; '
-  'read_committed stops at the last stable offset and skips aborted records. Control records never appear.';
+  'stable offset, the limit this read stopped at, whether an expired transaction holds it, or an error) then up to '
+  'p_max_records records. read_committed stops at the last stable offset, skips aborted records, and returns a '
+  'committed transaction on all the requested partitions or on none. Control records never appear.';
 
 CREATE VIEW partition_offsets AS
 SELECT t.name AS topic, p.partition, p.log_start_offset, p.next_offset AS high_watermark,
@@ -817,6 +956,35 @@ def upgrade(schema: str) -> None:
     op.create_check_constraint(
         op.f("ck_records_aborted_is_transactional"), "records", "NOT aborted OR is_transactional"
     )
+    op.add_column(
+        "records",
+        sa.Column(
+            "txn_number",
+            sa.BigInteger(),
+            nullable=True,
+            comment="For a transactional record or marker, the number of its transaction: (producer_id, txn_number) "
+            "names the transaction, so readers can return it on all partitions or none.",
+        ),
+    )
+    op.create_check_constraint(
+        op.f("ck_records_txn_number_iff_transactional"), "records", "(txn_number IS NOT NULL) = is_transactional"
+    )
+    op.create_index(
+        op.f("ix_records_producer_id_txn_number"),
+        "records",
+        ["producer_id", "txn_number"],
+        postgresql_where=sa.text("is_transactional"),
+    )
+    op.add_column(
+        "transactions",
+        sa.Column(
+            "prev_producer_id",
+            sa.BigInteger(),
+            nullable=True,
+            comment="The producer id this transactional id had before the current one (epoch exhaustion), so a "
+            "retried InitProducerId is recognised (KIP-360).",
+        ),
+    )
     op.execute(CREATE_SQL)
     op.execute(
         "DROP FUNCTION produce_v1(text, integer, bigint, smallint, integer, bytea[], bytea[], jsonb[], timestamptz[])"
@@ -836,5 +1004,9 @@ def downgrade(schema: str) -> None:
         "REVOKE ALL ON FUNCTION produce_v1(text, integer, bigint, smallint, integer, bytea[], bytea[], jsonb[], "
         "timestamptz[]) FROM PUBLIC"
     )
+    op.drop_column("transactions", "prev_producer_id")
+    op.drop_index(op.f("ix_records_producer_id_txn_number"), table_name="records")
+    op.drop_constraint(op.f("ck_records_txn_number_iff_transactional"), "records", type_="check")
+    op.drop_column("records", "txn_number")
     op.drop_constraint(op.f("ck_records_aborted_is_transactional"), "records", type_="check")
     op.drop_column("records", "aborted")
