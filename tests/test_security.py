@@ -156,9 +156,9 @@ def test_sql_injection_through_names_is_inert(logins: dict[str, str], engine: sa
         producer.init_transactions()
         producer.begin_transaction()
         producer.send(hostile, b"v")
-    with Consumer(url, group_id=hostile, session_timeout_ms=3000, heartbeat_interval_ms=200) as consumer:
-        with pytest.raises(errors.OncelogError):
-            consumer.subscribe([hostile])
+    consumer = Consumer(url, group_id=hostile, session_timeout_ms=3000, heartbeat_interval_ms=200)
+    with consumer, pytest.raises(errors.OncelogError):
+        consumer.subscribe([hostile])
     with Producer(url) as producer:
         producer.send("t", b"v", partition=0, headers=[(hostile.replace("\x00", ""), hostile.encode())]).result(30)
     with engine.connect() as conn:
