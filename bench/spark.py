@@ -123,11 +123,11 @@ def render(r: dict[str, Any]) -> str:
             "| read | rows/s | ratio |",
             "|---|---:|---:|",
             f"| raw JDBC read of the records table | {r['raw_rows_per_s']:,.0f} | 1.00 |",
-            f"| oncelog.spark.read_committed (committed_records view) | {r['committed_rows_per_s']:,.0f} | {r['ratio']:.2f} |",
+            f"| read_committed (committed_records view) | {r['committed_rows_per_s']:,.0f} | {r['ratio']:.2f} |",
             "",
             f"committed view vs raw: ratio {r['ratio']:.2f} (target >= 0.8)",
             f"exactly-once pipeline end to end: {r['pipeline_records']:,} records at "
-        f"{r['pipeline_records_per_s']:,.0f} records/s",
+            f"{r['pipeline_records_per_s']:,.0f} records/s",
             f"server: {r['server']}; machine: {r['machine']['nproc']} cores, Python {r['machine']['python']}",
         ]
     )
