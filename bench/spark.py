@@ -80,7 +80,10 @@ def run(quick: bool) -> dict[str, Any]:
             for p in range(partitions)
             for lo in range(0, records // partitions, per_task)
         ]
-        raw_table = '(SELECT topic_id, partition, "offset", key, value, headers::text AS headers, "timestamp", producer_id FROM oncelog.records) AS r'
+        raw_table = (
+            '(SELECT topic_id, partition, "offset", key, value, headers::text AS headers, "timestamp", producer_id '
+            "FROM oncelog.records) AS r"
+        )
         results: dict[str, Any] = {}
         for attempt in range(2):  # the first pass warms the JVM and the buffer cache
             raw_df = spark.read.jdbc(url=jdbc.url, table=raw_table, predicates=preds, properties=dict(jdbc.properties))
