@@ -304,7 +304,15 @@ class Producer(Client):
             while len(self._acc) or self._in_flight:
                 self._cond.wait(0.5)
             self._txn_aborting = False
-        self._end_txn(commit=False, timeout=timeout)
+        try:
+            outcome = self._end_txn(commit=False, timeout=timeout)
+        except errors.InvalidProducerEpochError:
+            # The store already aborted this transaction at its timeout and bumped the epoch (it
+            # says so only as long as it remembers the epoch before the bump): the abort is done,
+            # and the KIP-360 bump below takes the producer to the current epoch.
+            outcome = "already_aborted_timed_out"
+        if outcome.endswith("timed_out"):
+            self._txn_needs_bump = True
         if self._txn_needs_bump:
             state.transition_to(TxnState.INITIALIZING)
             self._init_identity(bump=True, timeout=timeout)

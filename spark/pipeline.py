@@ -4,6 +4,7 @@ as the output. Re-running after a crash at any point neither skips nor duplicate
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -31,6 +32,14 @@ class PipelineResult:
     write: WriteResult | None = None
 
 
+def transactional_id_prefix(group: str) -> str:
+    """The prefix of the transactional ids a pipeline of ``group`` uses (``<prefix>-<run>-<task>``).
+
+    The group enters as a hash: any group name works, and one group's ids never match another's.
+    """
+    return f"oncelog-pipeline-{hashlib.sha256(group.encode()).hexdigest()[:16]}"
+
+
 def run_pipeline(
     spark: Any,
     database_url: str,
@@ -55,14 +64,12 @@ def run_pipeline(
     """
     topics = list(dict.fromkeys(input_topics))
     engine = create_engine(database_url, schema=schema, poolclass=sa.NullPool)
-    prefix = f"oncelog-pipeline-{group}"
+    prefix = transactional_id_prefix(group)
     try:
         # A previous run that died before its commit left open transactions: abort them now
         # rather than at their timeout (their output must never be seen; the run redoes it).
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            for status in txn.list_transactions(conn, states=["Ongoing"]):
-                if status.transactional_id.startswith(prefix + "-"):
-                    txn.abort_transaction(conn, transactional_id=status.transactional_id)
+            txn.abort_open_transactions(conn, pattern=f"^{prefix}-[0-9]+-[0-9]+$")
         ranges = plan_ranges(engine, topics, f"committed:{group}")
         todo = [r for r in ranges if r.end > r.start]
         input_offsets = sum(r.end - r.start for r in todo)

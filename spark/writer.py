@@ -146,9 +146,16 @@ def write(
             raise ConfigurationError(f"the DataFrame has no column {col!r} (it has {sorted(columns)})")
     engine = create_engine(database_url, schema=schema, poolclass=sa.NullPool)
     try:
-        with engine.connect() as conn:
-            if txn.committed_transactional_ids(conn, prefix=f"{job}-"):
+        # Exactly this job's task ids: "<job>-<task index>" (a job whose id starts like another's
+        # is another job).
+        pattern = f"^{re.escape(job)}-[0-9]+$"
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            if txn.committed_transactional_ids(conn, pattern=pattern):
                 return WriteResult(job, already_committed=True)
+            # A crashed earlier run of this job may have left prepared transactions, possibly more
+            # than this run has tasks: abort them all now (their output must never be seen), rather
+            # than let them hold the topic's last stable offset until their timeout.
+            txn.abort_open_transactions(conn, pattern=pattern)
         selected = df.select(*[c for c in (key_col, value_col, partition_col) if c])
         runner = _task_writer(
             database_url=database_url,

@@ -96,8 +96,10 @@ def end_txn(
     """EndTxn: commit or abort transaction ``txn_number``.
 
     Returns ``committed``/``aborted``, or ``already_committed``/``already_aborted`` for a retry
-    whose first attempt took effect. A commit that came after the timeout raises
-    TransactionTimeoutError (the store aborted the transaction and bumped the epoch).
+    whose first attempt took effect; an abort of a transaction past its timeout returns
+    ``aborted_timed_out``/``already_aborted_timed_out`` (the epoch was bumped: re-initialise). A
+    commit that came after the timeout raises TransactionTimeoutError (the store aborted the
+    transaction and bumped the epoch).
     """
     outcome = str(
         _call(
@@ -159,13 +161,31 @@ def describe_transaction(conn: sa.Connection, *, transactional_id: str) -> Trans
     return TransactionStatus(**row._mapping)
 
 
-def committed_transactional_ids(conn: sa.Connection, *, prefix: str) -> list[str]:
-    """Transactional ids starting with ``prefix`` that have ever committed a transaction (from the
-    journal, which survives re-initialisation): how a re-run job learns it already finished."""
+def committed_transactional_ids(conn: sa.Connection, *, pattern: str) -> list[str]:
+    """Transactional ids matching the regular expression ``pattern`` that have ever committed a
+    transaction (from the journal, which survives re-initialisation): how a re-run job learns it
+    already finished."""
     rows = _call(
         conn,
         "SELECT DISTINCT transactional_id FROM txn_history "
-        "WHERE starts_with(transactional_id, %(p)s) AND to_state = 'CompleteCommit' ORDER BY 1",
-        {"p": prefix},
+        "WHERE transactional_id ~ %(p)s AND to_state = 'CompleteCommit' ORDER BY 1",
+        {"p": pattern},
     ).all()
     return [r[0] for r in rows]
+
+
+def abort_open_transactions(conn: sa.Connection, *, pattern: str) -> list[str]:
+    """Abort (through the coordinator, fencing their producers) the open transactions whose
+    transactional ids match the regular expression ``pattern``; returns their ids."""
+    ids = [
+        r[0]
+        for r in _call(
+            conn,
+            "SELECT transactional_id FROM transaction_status WHERE state = 'Ongoing' AND transactional_id ~ %(p)s "
+            "ORDER BY 1",
+            {"p": pattern},
+        ).all()
+    ]
+    for tid in ids:
+        abort_transaction(conn, transactional_id=tid)
+    return ids

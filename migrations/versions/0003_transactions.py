@@ -588,7 +588,9 @@ BEGIN
     SELECT * INTO pr FROM producers p WHERE p.producer_id = t.producer_id;
     IF p_epoch IS DISTINCT FROM pr.epoch THEN
         IF p_epoch = pr.last_epoch AND NOT p_commit AND t.state = 'CompleteAbort' AND t.txn_number = p_txn_number THEN
-            RETURN 'already_aborted';  -- aborted by its timeout; the holder's abort is satisfied
+            -- Aborted by its timeout (a reader or maintenance got there first): the holder's abort
+            -- is satisfied, and it must re-initialise (KIP-360) to get the new epoch.
+            RETURN 'already_aborted_timed_out';
         ELSIF p_epoch = pr.last_epoch THEN
             RAISE EXCEPTION USING ERRCODE = 'OL202',
                 MESSAGE = format('transactional id %L: epoch %s was bumped to %s (the transaction timed out)',
@@ -604,7 +606,7 @@ BEGIN
         IF t.txn_started_at + make_interval(secs => t.timeout_ms / 1000.0) < clock_timestamp() THEN
             -- Timed out: fence and abort (recoverable: the holder may re-initialise, KIP-360).
             PERFORM txn_fence_abort_v1(p_transactional_id, true);
-            RETURN CASE WHEN p_commit THEN 'timed_out' ELSE 'aborted' END;
+            RETURN CASE WHEN p_commit THEN 'timed_out' ELSE 'aborted_timed_out' END;
         END IF;
         PERFORM txn_complete_v1(p_transactional_id, p_commit);
         RETURN CASE WHEN p_commit THEN 'committed' ELSE 'aborted' END;
@@ -630,8 +632,10 @@ END
 $fn$;
 COMMENT ON FUNCTION end_txn_v1(text, bigint, smallint, bigint, boolean) IS
   'EndTxn: commits or aborts transaction p_txn_number in one database transaction. Returns committed, aborted, '
-  'already_committed / already_aborted (a retry), or timed_out (the commit came too late; the transaction was '
-  'aborted and the epoch bumped). Abort after commit, or a call naming another transaction: OL303.';
+  'already_committed / already_aborted (a retry), timed_out (the commit came too late; the transaction was '
+  'aborted and the epoch bumped), or aborted_timed_out / already_aborted_timed_out (an abort of a transaction '
+  'past its timeout: the epoch was bumped, re-initialise). Abort after commit, or a call naming another '
+  'transaction: OL303.';
 
 CREATE FUNCTION abort_transaction_v1(p_transactional_id text) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER

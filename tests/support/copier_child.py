@@ -1,7 +1,7 @@
 """A transactional copier process, in the style of Kafka's transactions system test
 (tests/kafkatest/tests/core/transactions_test.py and its TransactionalMessageCopier)::
 
-    python -m tests.support.copier_child URL GROUP PARTS TARGETS MAX_POLL CRASH HOLD EVENTS
+    python -m tests.support.copier_child URL GROUP PARTS TARGETS MAX_POLL TXN_TIMEOUT_MS CRASH HOLD EVENTS
 
 The copier owns the input partitions PARTS (comma separated) of topic ``in`` and the transactional
 id ``copier-<parts joined by '-'>``. It copies every record of its partitions to the same
@@ -20,11 +20,16 @@ CRASH is ``none`` or ``<phase>:<k>``: the process SIGKILLs itself in its k-th tr
 ``mid_send`` (half of the copies sent and flushed: in the log, transaction open),
 ``before_commit`` (everything sent and flushed, EndTxn not sent) or ``after_commit`` (commit
 returned, progress not yet logged). The parent also kills it at random moments from outside.
+Phase ``stall`` is no crash: with half of the copies flushed the copier logs ``stalled`` and waits
+for a line on stdin (the parent lets its transaction pass TXN_TIMEOUT_MS and be aborted by a
+reader), then carries on: the store refuses the rest (abortable), the copier aborts (KIP-360
+epoch bump) and copies the same records again from its committed progress.
 
-HOLD is ``none`` or a fraction: once the committed positions reach that fraction of the targets,
-the copier logs ``hold`` and waits for a line on stdin before it carries on. That is how the
-parent gets a planned disruption in before the copier finishes, however fast or slow the machine
-is; the disruption itself lands a random delay after the release, mid-stream.
+HOLD is ``none`` or a fraction: once the committed positions reach that fraction of the targets
+(and the planned CRASH or stall of this incarnation is behind it), the copier logs ``hold`` and
+waits for a line on stdin before it carries on. That is how the parent gets a planned disruption in
+before the copier finishes, however fast or slow the machine is, and without pre-empting the
+planned crash; the disruption itself lands a random delay after the release, mid-stream.
 
 EVENTS is a file the copier appends one JSON line to, flushed at once, for each step the parent
 coordinates on: ``start`` (initialised, with the resumed positions and epoch), ``commit``
@@ -72,12 +77,13 @@ def read_progress(url: str, group: int, parts: list[int]) -> dict[int, int]:
 
 
 def main(argv: list[str]) -> int:
-    url, group_text, parts_text, targets_text, max_poll_text, crash, hold_text, events_path = argv
+    url, group_text, parts_text, targets_text, max_poll_text, timeout_text, crash, hold_text, events_path = argv
     hold = None if hold_text == "none" else float(hold_text)
     group = int(group_text)
     parts = [int(p) for p in parts_text.split(",")]
     targets = dict(zip(parts, (int(t) for t in targets_text.split(",")), strict=True))
     crash_phase, crash_txn = (crash.split(":")[0], int(crash.split(":")[1])) if crash != "none" else ("", 0)
+    crash_pending = bool(crash_phase)
 
     events = open(events_path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the whole run
 
@@ -90,7 +96,9 @@ def main(argv: list[str]) -> int:
             event("crash", phase=phase, txn=txn)
             os.kill(os.getpid(), signal.SIGKILL)
 
-    producer = Producer(url, transactional_id=transactional_id(parts), linger_ms=5)
+    producer = Producer(
+        url, transactional_id=transactional_id(parts), linger_ms=5, transaction_timeout_ms=int(timeout_text)
+    )
     consumer = Consumer(url, max_poll_records=int(max_poll_text))
     try:
         producer.init_transactions()
@@ -104,7 +112,7 @@ def main(argv: list[str]) -> int:
             consumer.seek(tp, positions[p])
         txn = 0
         while any(positions[p] < targets[p] for p in parts):
-            if hold is not None and sum(positions.values()) >= hold * sum(targets.values()):
+            if hold is not None and not crash_pending and sum(positions.values()) >= hold * sum(targets.values()):
                 event("hold", positions=positions)
                 sys.stdin.readline()  # the parent's go-ahead
                 hold = None
@@ -121,6 +129,11 @@ def main(argv: list[str]) -> int:
                     if i == len(records) // 2 and crash_phase == "mid_send" and txn == crash_txn:
                         producer.flush(60)
                         die_if("mid_send", txn)
+                    if i == len(records) // 2 and crash_phase == "stall" and txn == crash_txn:
+                        producer.flush(60)
+                        event("stalled", txn=txn, epoch=producer.producer_epoch)
+                        sys.stdin.readline()  # the parent's go-ahead, once the transaction timed out
+                        crash_pending = False
                 producer.send(PROGRESS, json.dumps({str(p): o for p, o in after.items()}).encode(), partition=group)
                 if crash_phase == "before_commit" and txn == crash_txn:
                     producer.flush(60)
@@ -131,8 +144,8 @@ def main(argv: list[str]) -> int:
                     event("fenced", txn=txn, error=type(exc).__name__)
                     return EXIT_FENCED
                 # Abortable: abort, and copy the same records again from the committed positions.
-                event("abort", txn=txn, error=type(exc).__name__)
                 producer.abort_transaction()
+                event("abort", txn=txn, error=type(exc).__name__, epoch=producer.producer_epoch)
                 for p, tp in tps.items():
                     consumer.seek(tp, positions[p])
                 continue

@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from oncelog import Consumer, Producer, TopicPartition
+from oncelog import Consumer, ConsumerRecord, Producer, TopicPartition
 
 IN, OUT = "in", "out"
 TP = TopicPartition(IN, 1)
@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
         meta = consumer.group_metadata()
         event("joined", member_id=meta.member_id, generation=meta.generation_id)
         for target in (5, 10):
-            records = []
+            records: list[ConsumerRecord] = []
             deadline = time.monotonic() + 60
             while len(records) < 5:
                 if time.monotonic() > deadline:
