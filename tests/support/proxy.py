@@ -37,6 +37,12 @@ the stream becomes opaque: the proxy cannot see message boundaries, so request/r
 the next raw bytes of that connection (possibly mid-handshake) and the precise mode degrades to the
 simple one. **Clients should use ``sslmode=disable``** (and ``gssencmode=disable`` where GSSAPI is
 configured); a server without SSL answers 'N', which the proxy handles, so ``prefer`` also works.
+
+Prepared statements: psycopg prepares a query on its 5th execution on a connection (the default
+``prepare_threshold``), sending an extra Parse/Sync round trip *before* the real request. That
+round trip claims a one-shot fault, so a "reply lost" fault silently becomes a fault on the
+preparation. Tests that arm faults on a long-lived connection should connect with
+``prepare_threshold=None`` (or count executions) so the fault lands on the request they mean.
 """
 
 from __future__ import annotations
