@@ -400,6 +400,11 @@ class Consumer(Client):
         with self._group_lock:
             self._rejoin = False
             self._pending = None
+        if self._assignment and (member is None or joined.member_id != member.member_id):
+            # A new member id (we left, or were removed): whatever we owned may have been read and
+            # committed by others meanwhile. Revoke everything, so the positions of partitions we
+            # get back come from the group's committed offsets, not from our stale ones.
+            self._revoke_all()
         self._apply_membership(joined)
 
     def _leave(self) -> None:
@@ -422,7 +427,18 @@ class Consumer(Client):
         elif pending is not None and (self._member is None or pending.generation != self._member.generation):
             self._apply_membership(pending)
 
+    def _revoke_all(self) -> None:
+        old = set(self._assignment)
+        if old and self._on_revoke is not None:
+            self._on_revoke(old)
+        self._set_assignment([])
+        self._positions.clear()
+
     def _apply_membership(self, membership: Membership) -> None:
+        if self._member is not None and membership.generation > self._member.generation + 1:
+            # Generations were missed: a partition may have moved away and back meanwhile (its
+            # other owner reading and committing). Start again from the group's committed offsets.
+            self._revoke_all()
         old = set(self._assignment)
         new = {TopicPartition(t, p) for t, p in membership.assignment}
         revoked, added = old - new, new - old

@@ -663,10 +663,12 @@ member_assignments = sa.Table(
         nullable=False,
         comment="The generation in which this assignment was computed.",
     ),
+    # ON UPDATE CASCADE: a static member rejoining gets a new member id and keeps its partitions.
     sa.ForeignKeyConstraint(
         ["group_id", "member_id"],
         [group_members.c.group_id, group_members.c.member_id],
         ondelete="CASCADE",
+        onupdate="CASCADE",
     ),
     sa.ForeignKeyConstraint(
         ["topic_id", "partition"],

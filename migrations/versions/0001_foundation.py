@@ -569,6 +569,7 @@ def upgrade(schema: str) -> None:
             ["group_id", "member_id"],
             ["group_members.group_id", "group_members.member_id"],
             name=op.f("fk_member_assignments_group_id_member_id_group_members"),
+            onupdate="CASCADE",
             ondelete="CASCADE",
         ),
         sa.ForeignKeyConstraint(

@@ -79,14 +79,24 @@ BEGIN
     DELETE FROM group_members m
     WHERE m.group_id = p_group_id
       AND m.last_heartbeat_at + make_interval(secs => m.session_timeout_ms / 1000.0) < clock_timestamp();
-    IF FOUND THEN
+    -- Also rebalance when a subscribed partition has no owner: partitions added to a topic (or a
+    -- topic created after the members subscribed) are assigned at the next group call.
+    IF FOUND OR EXISTS (
+        SELECT 1 FROM group_members m
+        CROSS JOIN LATERAL unnest(m.subscription) AS sub(name)
+        JOIN topics t ON t.name = sub.name
+        JOIN partitions pt ON pt.topic_id = t.topic_id
+        WHERE m.group_id = p_group_id
+          AND NOT EXISTS (SELECT 1 FROM member_assignments a
+                          WHERE a.group_id = p_group_id AND a.topic_id = pt.topic_id AND a.partition = pt.partition)) THEN
         PERFORM group_rebalance_v1(p_group_id);
         RETURN true;
     END IF;
     RETURN false;
 END
 $fn$;
-COMMENT ON FUNCTION group_expire_members_v1(text) IS 'Internal: removes members past their session timeout.';
+COMMENT ON FUNCTION group_expire_members_v1(text) IS
+  'Internal: removes members past their session timeout; rebalances if any went or a subscribed partition has no owner.';
 
 -- A new generation and its assignment, computed by the store (range or round robin). Members
 -- are ordered by their static instance id when they have one, so a restarted static member gets
@@ -234,7 +244,6 @@ BEGIN
         SELECT * INTO m FROM group_members x WHERE x.group_id = p_group_id AND x.group_instance_id = p_group_instance_id;
         UPDATE group_members x SET member_id = v_member, client_id = p_client_id, last_heartbeat_at = clock_timestamp()
         WHERE x.group_id = p_group_id AND x.member_id = m.member_id;
-        UPDATE member_assignments a SET member_id = v_member WHERE a.group_id = p_group_id AND a.member_id = m.member_id;
         IF m.subscription IS DISTINCT FROM p_topics OR m.session_timeout_ms <> p_session_timeout_ms THEN
             UPDATE group_members x SET subscription = p_topics, session_timeout_ms = p_session_timeout_ms
             WHERE x.group_id = p_group_id AND x.member_id = v_member;
