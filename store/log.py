@@ -248,7 +248,8 @@ def consistent_limits(conn: sa.Connection, ranges: Sequence[tuple[str, int, int,
         "SELECT t.name, r.partition, r.lim FROM unnest(%(topics)s::text[], %(parts)s::integer[], "
         "consistent_limits_v1((SELECT array_agg(t2.topic_id ORDER BY o.i) FROM unnest(%(topics)s::text[]) "
         "WITH ORDINALITY AS o(name, i) JOIN topics t2 ON t2.name = o.name), %(parts)s::integer[], "
-        "%(starts)s::bigint[], %(limits)s::bigint[])) AS r(topic, partition, lim) JOIN topics t ON t.name = r.topic",
+        "%(starts)s::bigint[], %(limits)s::bigint[], %(limits)s::bigint[])) AS r(topic, partition, lim) "
+        "JOIN topics t ON t.name = r.topic",
         {
             "topics": [r[0] for r in ranges],
             "parts": [r[1] for r in ranges],

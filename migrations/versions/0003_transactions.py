@@ -41,7 +41,7 @@ _OPEN = "('Ongoing', 'PrepareCommit', 'PrepareAbort')"
 
 FUNCTIONS = [
     "txn_complete_v1(text, boolean)",
-    "consistent_limits_v1(integer[], integer[], bigint[], bigint[])",
+    "consistent_limits_v1(integer[], integer[], bigint[], bigint[], bigint[])",
     "txn_fence_abort_v1(text, boolean)",
     "txn_check_v1(text, bigint, smallint, bigint, boolean)",
     "init_transactional_producer_id_v1(text, integer, bigint, smallint)",
@@ -704,7 +704,7 @@ COMMENT ON FUNCTION expire_transactions_v1(timestamptz) IS
 -- withheld everywhere, by pulling each partition's limit back to its first record, until nothing
 -- changes (a cut can expose another such transaction). STABLE: it sees its caller's snapshot.
 CREATE FUNCTION consistent_limits_v1(p_topic_ids integer[], p_partitions integer[], p_starts bigint[],
-                                     p_limits bigint[])
+                                     p_limits bigint[], p_scan_ends bigint[])
 RETURNS bigint[]
 LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
@@ -718,23 +718,26 @@ BEGIN
     WHILE v_changed LOOP
         v_changed := false;
         FOR i IN 1 .. coalesce(cardinality(p_topic_ids), 0) LOOP
-            WITH here AS (
-                -- Committed transactions with records in this partition's readable range.
+            WITH here AS MATERIALIZED (
+                -- Committed transactions among the records this read would return here (bounded
+                -- by the scan end, the reader's record cap).
                 SELECT DISTINCT r.producer_id, r.txn_number FROM records r
                 WHERE r.topic_id = p_topic_ids[i] AND r.partition = p_partitions[i]
-                  AND r."offset" >= p_starts[i] AND r."offset" < v_limits[i]
+                  AND r."offset" >= p_starts[i] AND r."offset" < least(v_limits[i], p_scan_ends[i])
                   AND r.is_transactional AND r.control_type IS NULL AND NOT r.aborted
             ), torn AS (
-                -- ... that also have a record at or past another requested partition's limit.
+                -- ... that have a record at or past some requested partition's limit. The probe
+                -- goes through the (producer_id, txn_number) index of transactional records.
                 SELECT h.producer_id, h.txn_number FROM here h
                 WHERE EXISTS (
                     SELECT 1 FROM records x
                     JOIN unnest(p_topic_ids, p_partitions, v_limits) AS o(topic_id, partition, lim)
                       ON x.topic_id = o.topic_id AND x.partition = o.partition AND x."offset" >= o.lim
-                    WHERE x.producer_id = h.producer_id AND x.txn_number = h.txn_number AND x.control_type IS NULL)
+                    WHERE x.is_transactional AND x.producer_id = h.producer_id AND x.txn_number = h.txn_number
+                      AND x.control_type IS NULL)
             )
             SELECT min(r."offset") INTO v_cut FROM records r JOIN torn USING (producer_id, txn_number)
-            WHERE r.topic_id = p_topic_ids[i] AND r.partition = p_partitions[i]
+            WHERE r.topic_id = p_topic_ids[i] AND r.partition = p_partitions[i] AND r.is_transactional
               AND r."offset" >= p_starts[i] AND r."offset" < v_limits[i];
             IF v_cut IS NOT NULL AND v_cut < v_limits[i] THEN
                 v_limits[i] := v_cut;
@@ -745,9 +748,9 @@ BEGIN
     RETURN v_limits;
 END
 $fn$;
-COMMENT ON FUNCTION consistent_limits_v1(integer[], integer[], bigint[], bigint[]) IS
-  'Read limits (at most p_limits, e.g. the last stable offsets) under which every committed transaction is '
-  'readable on all of the given partitions or on none.';
+COMMENT ON FUNCTION consistent_limits_v1(integer[], integer[], bigint[], bigint[], bigint[]) IS
+  'Read limits (at most p_limits, the last stable offsets) under which every committed transaction found in '
+  '[start, scan end) is readable on all of the given partitions or on none.';
 
 -- Reads many partitions in ONE snapshot (a STABLE function sees the snapshot of its calling
 -- statement), so a transaction that spans them is seen on all or on none. For each requested
@@ -770,6 +773,7 @@ DECLARE
     v_ends bigint[] := array_fill(NULL::bigint, ARRAY[n]);
     v_lsos bigint[] := array_fill(NULL::bigint, ARRAY[n]);
     v_limits bigint[] := array_fill(NULL::bigint, ARRAY[n]);
+    v_scan_ends bigint[] := array_fill(NULL::bigint, ARRAY[n]);
     v_expired boolean[] := array_fill(false, ARRAY[n]);
     v_errors text[] := array_fill(NULL::text, ARRAY[n]);
     v_cap bigint;
@@ -783,6 +787,7 @@ DECLARE
     ok_parts integer[];
     ok_starts bigint[];
     ok_limits bigint[];
+    ok_scan_ends bigint[];
     ok_index integer[];
     cut bigint[];
 BEGIN
@@ -820,26 +825,32 @@ BEGIN
             CONTINUE;
         END IF;
         v_limits[i] := CASE WHEN p_read_committed THEN v_lsos[i] ELSE v_ends[i] END;
+        v_scan_ends[i] := v_limits[i];
+        IF p_read_committed AND v_lsos[i] < v_ends[i] THEN
+            -- An open transaction holds this partition back: a committed transaction read
+            -- elsewhere may be above its last stable offset here. The check below looks only at
+            -- the transactions of the records this read can return (up to the record cap).
+            v_torn_possible := true;
+        END IF;
         IF p_read_committed THEN
-            -- The record cap is a limit too, so that the consistency cut below covers it.
             v_cap := NULL;
-            SELECT r."offset" INTO v_cap FROM records r
+            SELECT r."offset" + 1 INTO v_cap FROM records r
             WHERE r.topic_id = v_topic_ids[i] AND r.partition = p_partitions[i]
               AND r."offset" >= p_offsets[i] AND r."offset" < v_limits[i]
               AND r.control_type IS NULL AND NOT r.aborted
-            ORDER BY r."offset" OFFSET p_max_records LIMIT 1;
-            v_limits[i] := coalesce(least(v_limits[i], v_cap), v_limits[i]);
-            v_torn_possible := v_torn_possible OR v_limits[i] < v_ends[i];
+            ORDER BY r."offset" OFFSET p_max_records - 1 LIMIT 1;
+            v_scan_ends[i] := coalesce(v_cap, v_limits[i]);
         END IF;
     END LOOP;
     -- A committed transaction is returned on all of the requested partitions or on none. Only
     -- possible to break when some limit falls short of its partition's end.
     IF p_read_committed AND v_torn_possible THEN
         SELECT array_agg(v_topic_ids[j] ORDER BY j), array_agg(p_partitions[j] ORDER BY j),
-               array_agg(p_offsets[j] ORDER BY j), array_agg(v_limits[j] ORDER BY j), array_agg(j ORDER BY j)
-        INTO ok_ids, ok_parts, ok_starts, ok_limits, ok_index
+               array_agg(p_offsets[j] ORDER BY j), array_agg(v_limits[j] ORDER BY j),
+               array_agg(v_scan_ends[j] ORDER BY j), array_agg(j ORDER BY j)
+        INTO ok_ids, ok_parts, ok_starts, ok_limits, ok_scan_ends, ok_index
         FROM generate_series(1, n) AS j WHERE v_errors[j] IS NULL;
-        cut := consistent_limits_v1(ok_ids, ok_parts, ok_starts, ok_limits);
+        cut := consistent_limits_v1(ok_ids, ok_parts, ok_starts, ok_limits, ok_scan_ends);
         FOR i IN 1 .. coalesce(cardinality(ok_index), 0) LOOP
             v_limits[ok_index[i]] := cut[i];
         END LOOP;

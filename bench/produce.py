@@ -1,0 +1,692 @@
+"""Produce throughput and latency: oncelog against a raw binary-COPY baseline, in the same run.
+
+    .venv/bin/python -m bench.produce [--quick] [--json PATH] [--repeat N] [--only b1000,...]
+    .venv/bin/python bench/produce.py  [same options]
+
+The server is ``ONCELOG_DATABASE_URL`` when set (it needs CREATEDB), else the embedded default
+cluster, started the way the CLI starts it (durable settings). The run works in a database of its
+own, created and migrated to head first and dropped at the end.
+
+For every value size (100 B, 1 KiB), partition count (1, 8) and batch size (1, 100, 1000 records):
+
+* raw: the same rows (topic_id, partition, offset, producer_id, producer_epoch, sequence, key,
+  value, headers NULL, timestamp) written with psycopg 3 binary COPY into a plain table with the same
+  columns and primary key, one commit per batch (offsets and sequences computed by the client);
+* store: ``oncelog.store.log.produce``, idempotent, one autocommit call per batch;
+* producer: ``oncelog.Producer`` with ``max_batch_records`` = the batch size and a long linger, so
+  batches leave full; records/s from the first ``send`` to the end of ``flush``.
+
+With 8 partitions, raw and store use one writer thread (and connection) per partition (store: one
+producer id per thread); producer is one Producer sending round-robin to the 8 partitions.
+Both tables are emptied and a CHECKPOINT is requested before each measurement.
+
+Each measurement runs ``--repeat`` times (default 3), raw and oncelog back to back; records/s is
+the median run, the ratio the median of the paired per-run ratios (the machine's load drifts).
+
+Latency: one record at a time, waiting for each acknowledgement (Producer with linger_ms=0, the
+store call alone, and a raw single-row INSERT in autocommit, one round trip and one commit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import sqlalchemy as sa
+
+from oncelog import Producer
+from oncelog.embedded import EmbeddedPostgres
+from oncelog.store import cluster, create_engine, migrate
+from oncelog.store import log as store_log
+from oncelog.store import topics as store_topics
+from oncelog.store.engine import database_url, redact
+from oncelog.store.records import RecordIn
+
+VALUE_SIZES = (100, 1024)
+PARTITION_COUNTS = (1, 8)
+BATCH_SIZES = (1, 100, 1000)
+#: Records per case (all partitions together), by batch size.
+FULL_COUNTS = {1: 3_000, 100: 100_000, 1000: 100_000}
+QUICK_COUNTS = {1: 16, 100: 800, 1000: 8_000}
+FULL_LATENCY_SAMPLES = 2_000
+QUICK_LATENCY_SAMPLES = 20
+HEADLINE_TARGET = 0.5
+
+#: Distinct keys and values cycled through (values are random bytes: nothing compresses).
+POOL = 1024
+KEY_FORMAT = b"key-%08d"  # 12-byte keys
+RAW_PRODUCER_ID = 1_000_000
+
+RAW_TABLE = "bench_raw.records"
+RAW_COLUMNS = '(topic_id, partition, "offset", producer_id, producer_epoch, sequence, key, value, headers, "timestamp")'
+RAW_TYPES = ["int4", "int4", "int8", "int8", "int2", "int4", "bytea", "bytea", "jsonb", "timestamptz"]
+RAW_DDL = f"""
+CREATE SCHEMA bench_raw;
+CREATE TABLE {RAW_TABLE} (
+    topic_id integer NOT NULL,
+    partition integer NOT NULL,
+    "offset" bigint NOT NULL,
+    producer_id bigint,
+    producer_epoch smallint,
+    sequence integer,
+    key bytea,
+    value bytea,
+    headers jsonb,
+    "timestamp" timestamptz NOT NULL,
+    PRIMARY KEY (topic_id, partition, "offset")
+);
+"""
+RAW_COPY = f"COPY {RAW_TABLE} {RAW_COLUMNS} FROM STDIN (FORMAT BINARY)"
+RAW_INSERT = f"INSERT INTO {RAW_TABLE} {RAW_COLUMNS} VALUES (%s, %s, %s, %s, %s, %s, %b, %b, NULL, %s)"
+
+SERVER_SETTINGS = (
+    "fsync",
+    "synchronous_commit",
+    "full_page_writes",
+    "wal_sync_method",
+    "wal_level",
+    "shared_buffers",
+    "max_wal_size",
+    "checkpoint_timeout",
+    "wal_compression",
+)
+
+
+# --- results ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Measurement:
+    """One timed run: ``records`` written in ``seconds``."""
+
+    records: int
+    seconds: float
+    payload_bytes: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.payload_bytes / self.seconds / 1e6
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "records": self.records,
+            "seconds": round(self.seconds, 6),
+            "records_per_s": round(self.records_per_s, 1),
+            "mb_per_s": round(self.mb_per_s, 3),
+            **self.extra,
+        }
+
+
+@dataclass(frozen=True)
+class Config:
+    value_size: int
+    partitions: int
+    batch: int
+    per_partition: int
+
+    @property
+    def records(self) -> int:
+        return self.per_partition * self.partitions
+
+    @property
+    def label(self) -> str:
+        size = "1 KiB" if self.value_size == 1024 else f"{self.value_size} B"
+        return f"{size}, {self.partitions} part, batch {self.batch}"
+
+    @property
+    def key(self) -> str:
+        return f"{self.value_size}B/{self.partitions}p/b{self.batch}"
+
+
+def per_partition_count(total: int, batch: int, partitions: int) -> int:
+    """Records per partition: the total split evenly, in whole batches (at least one batch)."""
+    return max(batch, (total // partitions) // batch * batch)
+
+
+# --- server and database ------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    cluster_url: str
+    description: str
+    stop: Callable[[], object] | None
+
+
+def resolve_target() -> Target:
+    """ONCELOG_DATABASE_URL, else the embedded default cluster (durable), started like the CLI does."""
+    external = os.environ.get("ONCELOG_DATABASE_URL")
+    if external:
+        return Target(external, f"ONCELOG_DATABASE_URL {redact(external)}", None)
+    server = EmbeddedPostgres()  # the CLI's default data dir, durable settings
+    was_running = server.status().running
+    url = server.start()
+    how = "already running" if was_running else "started for this run, stopped at the end"
+    # Stop it again only if this run started it (the CLI leaves a running server alone).
+    return Target(url, f"embedded default cluster in {server.data_dir} ({how})", None if was_running else server.stop)
+
+
+def with_database(url: str, name: str, *, driver: str = "postgresql+psycopg") -> str:
+    return database_url(url).set(database=name, drivername=driver).render_as_string(hide_password=False)
+
+
+def machine_info() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "nproc": os.cpu_count(),
+        "nproc_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "python": platform.python_version(),
+        "psycopg": f"{psycopg.__version__} ({psycopg.pq.__impl__}, libpq {psycopg.pq.version()})",
+        "sqlalchemy": sa.__version__,
+        "platform": platform.platform(),
+        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+    }
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+        kb = int(next(line.split()[1] for line in meminfo.splitlines() if line.startswith("MemTotal:")))
+        info["memory_gib"] = round(kb / 1024 / 1024, 1)
+    except (OSError, StopIteration, ValueError):
+        info["memory_gib"] = None
+    try:
+        cpu = Path("/proc/cpuinfo").read_text()
+        info["cpu"] = next(line.split(":", 1)[1].strip() for line in cpu.splitlines() if line.startswith("model name"))
+    except (OSError, StopIteration):
+        info["cpu"] = None
+    return info
+
+
+def code_info() -> dict[str, Any]:
+    """Which oncelog was measured: the git commit (and whether the tree had changes) and migration head."""
+    info: dict[str, Any] = {"migration_head": migrate.head(), "git": None}
+    root = Path(__file__).resolve().parent.parent
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        info["git"] = rev.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
+    return info
+
+
+def server_info(conninfo: str) -> dict[str, Any]:
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+        settings = {name: conn.execute(f"SHOW {name}").fetchone()[0] for name in SERVER_SETTINGS}  # type: ignore[index]
+        superuser = conn.execute("SHOW is_superuser").fetchone()[0]  # type: ignore[index]
+    return {"version": version, "settings": settings, "superuser": superuser == "on"}
+
+
+class Bench:
+    """The run's database: oncelog migrated to head, plus the raw baseline table."""
+
+    def __init__(self, cluster_url: str, name: str) -> None:
+        self.name = name
+        self.sa_url = with_database(cluster_url, name)
+        self.conninfo = with_database(cluster_url, name, driver="postgresql")
+        self.engine = create_engine(self.sa_url, pool_size=12, max_overflow=4)
+        migrate.upgrade(self.engine)
+        with psycopg.connect(self.conninfo, autocommit=True) as conn:
+            conn.execute(RAW_DDL)
+        self.checkpoint_ok = True
+        self._topics = 0
+
+    def reset(self) -> None:
+        """Empty both logs and ask for a checkpoint, so every measurement starts alike."""
+        with psycopg.connect(self.conninfo, autocommit=True) as conn:
+            conn.execute(f"TRUNCATE {RAW_TABLE}")
+            conn.execute("TRUNCATE oncelog.records")
+            if self.checkpoint_ok:
+                try:
+                    conn.execute("CHECKPOINT")
+                except psycopg.Error:
+                    self.checkpoint_ok = False  # needs superuser or pg_checkpoint: skip
+
+    def new_topic(self, partitions: int) -> tuple[str, int]:
+        self._topics += 1
+        name = f"bench-{self._topics}"
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            topic_id = store_topics.create_topic(conn, name=name, partitions=partitions)
+        return name, topic_id
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+# --- data ---------------------------------------------------------------------------------------
+
+
+class Data:
+    """Keys, values and records cycled through by every case of one value size."""
+
+    def __init__(self, value_size: int) -> None:
+        self.value_size = value_size
+        self.keys = [KEY_FORMAT % i for i in range(POOL)]
+        self.values = [os.urandom(value_size) for _ in range(POOL)]
+        self.records = [RecordIn(self.values[i], self.keys[i]) for i in range(POOL)]
+        self.record_bytes = len(self.keys[0]) + value_size
+
+    def batches(self, first: int, count: int, batch: int) -> list[list[RecordIn]]:
+        return [
+            [self.records[i % POOL] for i in range(start, min(start + batch, first + count))]
+            for start in range(first, first + count, batch)
+        ]
+
+
+# --- throughput ---------------------------------------------------------------------------------
+
+
+def run_threads(workers: Sequence[Callable[[threading.Barrier], None]]) -> float:
+    """Run each worker in a thread; time from the common start (a barrier) until the last ends."""
+    barrier = threading.Barrier(len(workers) + 1)
+    errors: list[BaseException] = []
+
+    def wrap(worker: Callable[[threading.Barrier], None]) -> None:
+        try:
+            worker(barrier)
+        except BaseException as exc:
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=wrap, args=(w,), daemon=True) for w in workers]
+    for t in threads:
+        t.start()
+    with contextlib.suppress(threading.BrokenBarrierError):
+        barrier.wait()
+    started = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+    if errors:
+        raise errors[0]
+    return elapsed
+
+
+def raw_throughput(bench: Bench, cfg: Config, data: Data) -> Measurement:
+    bench.reset()
+    topic_id = 1
+
+    def writer(partition: int) -> Callable[[threading.Barrier], None]:
+        def run(barrier: threading.Barrier) -> None:
+            keys, values, n, batch = data.keys, data.values, cfg.per_partition, cfg.batch
+            with psycopg.connect(bench.conninfo) as conn:
+                barrier.wait()
+                offset = 0
+                while offset < n:
+                    end = min(offset + batch, n)
+                    ts = datetime.now(UTC)
+                    with conn.cursor() as cur, cur.copy(RAW_COPY) as copy:
+                        copy.set_types(RAW_TYPES)
+                        for i in range(offset, end):
+                            j = i % POOL
+                            row = (topic_id, partition, i, RAW_PRODUCER_ID, 0, i, keys[j], values[j], None, ts)
+                            copy.write_row(row)
+                    conn.commit()
+                    offset = end
+
+        return run
+
+    seconds = run_threads([writer(p) for p in range(cfg.partitions)])
+    return Measurement(cfg.records, seconds, cfg.records * data.record_bytes)
+
+
+def store_throughput(bench: Bench, cfg: Config, data: Data) -> Measurement:
+    bench.reset()
+    topic, _ = bench.new_topic(cfg.partitions)
+    batches = data.batches(0, cfg.per_partition, cfg.batch)  # the same list for every partition
+
+    def writer(partition: int) -> Callable[[threading.Barrier], None]:
+        def run(barrier: threading.Barrier) -> None:
+            with bench.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                ident = store_log.init_producer_id(conn)
+                barrier.wait()
+                sequence = 0
+                for records in batches:
+                    store_log.produce(
+                        conn,
+                        topic=topic,
+                        partition=partition,
+                        records=records,
+                        producer_id=ident.producer_id,
+                        producer_epoch=ident.epoch,
+                        base_sequence=sequence,
+                    )
+                    sequence += len(records)
+
+        return run
+
+    seconds = run_threads([writer(p) for p in range(cfg.partitions)])
+    check_written(bench, topic, cfg)
+    return Measurement(cfg.records, seconds, cfg.records * data.record_bytes)
+
+
+def producer_throughput(bench: Bench, cfg: Config, data: Data) -> Measurement:
+    bench.reset()
+    topic, _ = bench.new_topic(cfg.partitions)
+    keys, values, parts, total = data.keys, data.values, cfg.partitions, cfg.records
+    with Producer(
+        bench.sa_url,
+        linger_ms=0 if cfg.batch == 1 else 10_000,  # batches leave when full (or at flush)
+        batch_size=1 << 30,  # count records, not bytes
+        max_batch_records=cfg.batch,
+        buffer_memory=64 * 1024 * 1024,
+    ) as producer:
+        producer.partitions_for(topic)  # topic metadata cached before the clock starts
+        futures = []
+        started = time.perf_counter()
+        for i in range(total):
+            j = i % POOL
+            futures.append(producer.send(topic, values[j], key=keys[j], partition=i % parts))
+        producer.flush()
+        seconds = time.perf_counter() - started
+        for f in futures:
+            f.result(timeout=0)  # every record acknowledged (raises otherwise)
+        metrics = producer.metrics()
+    check_written(bench, topic, cfg)
+    extra = {
+        "batches": int(metrics["batch_send_total"]),
+        "records_per_batch_avg": round(metrics["records_per_request_avg"], 1),
+    }
+    return Measurement(total, seconds, total * data.record_bytes, extra)
+
+
+def check_written(bench: Bench, topic: str, cfg: Config) -> None:
+    with bench.engine.connect() as conn:
+        ends = [p.high_watermark for p in store_log.list_offsets(conn, topic=topic)]
+    if ends != [cfg.per_partition] * cfg.partitions:
+        raise RuntimeError(f"{cfg.key}: expected {cfg.per_partition} records per partition, the log holds {ends}")
+
+
+# --- latency ------------------------------------------------------------------------------------
+
+
+def summarize(samples: list[float]) -> dict[str, float]:
+    ms = sorted(s * 1000 for s in samples)
+    return {
+        "samples": len(ms),
+        "p50_ms": round(statistics.median(ms), 4),
+        "p99_ms": round(ms[max(0, math.ceil(0.99 * len(ms)) - 1)], 4),
+        "max_ms": round(ms[-1], 4),
+        "mean_ms": round(statistics.fmean(ms), 4),
+    }
+
+
+def timed_loop(n: int, op: Callable[[int], object], warmup: int = 20) -> list[float]:
+    for i in range(warmup):
+        op(i)
+    samples = []
+    for i in range(warmup, warmup + n):
+        t = time.perf_counter()
+        op(i)
+        samples.append(time.perf_counter() - t)
+    return samples
+
+
+def latencies(bench: Bench, n: int, data: Data) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    key, value = data.keys[0], data.values[0]
+
+    bench.reset()
+    topic, _ = bench.new_topic(1)
+    with Producer(bench.sa_url, linger_ms=0) as producer:
+        producer.partitions_for(topic)
+        out["producer"] = summarize(
+            timed_loop(n, lambda _i: producer.send(topic, value, key=key, partition=0).result(timeout=60))
+        )
+
+    bench.reset()
+    topic, _ = bench.new_topic(1)
+    with bench.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        ident = store_log.init_producer_id(conn)
+        record = [RecordIn(value, key)]
+        out["store"] = summarize(
+            timed_loop(
+                n,
+                lambda i: store_log.produce(
+                    conn,
+                    topic=topic,
+                    partition=0,
+                    records=record,
+                    producer_id=ident.producer_id,
+                    producer_epoch=ident.epoch,
+                    base_sequence=i,
+                ),
+            )
+        )
+
+    bench.reset()
+    with psycopg.connect(bench.conninfo, autocommit=True) as pg:
+
+        def insert(i: int) -> None:
+            pg.execute(RAW_INSERT, (1, 0, i, RAW_PRODUCER_ID, 0, i, key, value, datetime.now(UTC)), prepare=True)
+
+        out["raw"] = summarize(timed_loop(n, insert))
+    return out
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+
+def measure_case(bench: Bench, cfg: Config, data: Data, repeat: int) -> dict[str, Any]:
+    """raw, store and producer, ``repeat`` times interleaved; each reported by its median run."""
+    runs: dict[str, list[Measurement]] = {"raw": [], "store": [], "producer": []}
+    for _ in range(repeat):
+        runs["raw"].append(raw_throughput(bench, cfg, data))
+        runs["store"].append(store_throughput(bench, cfg, data))
+        runs["producer"].append(producer_throughput(bench, cfg, data))
+    case: dict[str, Any] = {
+        "key": cfg.key,
+        "label": cfg.label,
+        "value_size": cfg.value_size,
+        "partitions": cfg.partitions,
+        "batch": cfg.batch,
+        "records": cfg.records,
+        "loadavg_1min_after": round(os.getloadavg()[0], 2),
+    }
+    for kind, measured in runs.items():
+        ordered = sorted(measured, key=lambda m: m.records_per_s)
+        case[kind] = {
+            **ordered[(len(ordered) - 1) // 2].as_dict(),
+            "runs_records_per_s": [round(m.records_per_s, 1) for m in measured],
+        }
+    for kind in ("store", "producer"):
+        # Each run measures raw and oncelog back to back: the median of the paired ratios is
+        # steadier than a ratio of medians when the machine's load drifts.
+        paired = [m.records_per_s / r.records_per_s for m, r in zip(runs[kind], runs["raw"], strict=True)]
+        case[f"ratio_{kind}"] = round(statistics.median(paired), 3)
+    return case
+
+
+def run(quick: bool, repeat: int, only: Sequence[str] = ()) -> dict[str, Any]:
+    counts = QUICK_COUNTS if quick else FULL_COUNTS
+    started = time.perf_counter()
+    machine = machine_info()
+    target = resolve_target()
+    name = f"oncelog_bench_{uuid.uuid4().hex[:10]}"
+    bench: Bench | None = None
+    try:
+        cluster.create_database(target.cluster_url, name)
+        bench = Bench(target.cluster_url, name)
+        server = server_info(bench.conninfo)
+        server["target"] = target.description
+        log(f"server: {target.description}; PostgreSQL {server['version']}; {fmt_settings(server['settings'])}")
+        cases = []
+        for value_size in VALUE_SIZES:
+            data = Data(value_size)
+            for partitions in PARTITION_COUNTS:
+                for batch in BATCH_SIZES:
+                    cfg = Config(value_size, partitions, batch, per_partition_count(counts[batch], batch, partitions))
+                    if only and not any(part in cfg.key for part in only):
+                        continue
+                    case = measure_case(bench, cfg, data, repeat)
+                    cases.append(case)
+                    log(
+                        f"{cfg.label}: raw {case['raw']['records_per_s']:,.0f}/s, "
+                        f"store {case['store']['records_per_s']:,.0f}/s ({case['ratio_store']:.2f}), "
+                        f"producer {case['producer']['records_per_s']:,.0f}/s ({case['ratio_producer']:.2f})"
+                    )
+        if not cases:
+            raise SystemExit(f"no case matches --only {','.join(only)}")
+        latency = latencies(bench, QUICK_LATENCY_SAMPLES if quick else FULL_LATENCY_SAMPLES, Data(100))
+        server["checkpoint_before_each_case"] = bench.checkpoint_ok
+    finally:
+        if bench is not None:
+            bench.close()
+        cluster.drop_database(target.cluster_url, name)
+        if target.stop is not None:
+            target.stop()
+    machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    headline_cases = [c for c in cases if c["batch"] == 1000]
+    return {
+        "benchmark": "produce",
+        "quick": quick,
+        "repeat": repeat,
+        "database": name,
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine,
+        "oncelog": code_info(),
+        "server": server,
+        "cases": cases,
+        "latency": latency,
+        "headline": {
+            "target": HEADLINE_TARGET,
+            "cases": len(headline_cases),
+            "ratio_store_min": min(c["ratio_store"] for c in headline_cases),
+            "ratio_producer_min": min(c["ratio_producer"] for c in headline_cases),
+        }
+        if headline_cases
+        else None,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def fmt_settings(settings: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in settings.items())
+
+
+def log(msg: str) -> None:
+    print(f"# {msg}", file=sys.stderr, flush=True)
+
+
+def render(result: dict[str, Any]) -> str:
+    m, s = result["machine"], result["server"]
+    lines = [
+        "# oncelog produce benchmark" + (" (--quick: tiny counts, numbers not meaningful)" if result["quick"] else ""),
+        "",
+        f"- machine: {m['nproc']} CPUs ({m['cpu']}), {m['memory_gib']} GiB RAM, {m['platform']}; "
+        f"load average {m['loadavg_start'][0]} at start, {m['loadavg_end'][0]} at end",
+        f"- Python {m['python']}, psycopg {m['psycopg']}, SQLAlchemy {m['sqlalchemy']}",
+        f"- oncelog: git {result['oncelog']['git'] or 'unknown (not a git checkout)'}, "
+        f"migrations at {result['oncelog']['migration_head']}",
+        f"- server: {s['target']}",
+        f"- PostgreSQL {s['version']}: {fmt_settings(s['settings'])}",
+        "- each measurement starts from empty tables"
+        f"{' after a CHECKPOINT' if s['checkpoint_before_each_case'] else ''}; "
+        "raw = binary COPY into a plain table with the same columns and primary key, one commit per batch; "
+        f"records/s: the median of {result['repeat']} interleaved run(s); ratio: the median of the per-run ratios "
+        "(raw and oncelog measured back to back); MB = 10^6 bytes of key + value",
+        "",
+        "## Throughput",
+        "",
+        "| case | records | records/s | MB/s | raw baseline records/s | ratio (oncelog / raw) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for c in result["cases"]:
+        raw = c["raw"]
+        for kind, title in (("store", "store.log.produce"), ("producer", "Producer")):
+            r = c[kind]
+            lines.append(
+                f"| {title}, {c['label']} | {c['records']:,} | {r['records_per_s']:,.0f} | {r['mb_per_s']:.1f} "
+                f"| {raw['records_per_s']:,.0f} | {c[f'ratio_{kind}']:.2f} |"
+            )
+    lines += [
+        "",
+        "## Single-record latency (100 B values, 1 partition, one record in flight)",
+        "",
+        "| path | samples | p50 ms | p99 ms | max ms | mean ms |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    titles = {
+        "producer": "Producer (linger_ms=0): send + wait for the future",
+        "store": "store.log.produce, 1 record, autocommit",
+        "raw": "raw: single-row INSERT, autocommit (one round trip + commit)",
+    }
+    for kind, title in titles.items():
+        r = result["latency"][kind]
+        lines.append(
+            f"| {title} | {r['samples']} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} "
+            f"| {r['max_ms']:.3f} | {r['mean_ms']:.3f} |"
+        )
+    h = result["headline"]
+    lines.append("")
+    if h:
+        lines += [
+            f"idempotent produce, 1000-record batches: ratio {h['ratio_store_min']:.2f} (target >= {h['target']}) "
+            f"[store.log.produce, lowest of the {h['cases']} cases]",
+            f"Producer API, 1000-record batches: ratio {h['ratio_producer_min']:.2f} "
+            f"[lowest of the {h['cases']} cases]",
+        ]
+    lines.append(f"(run took {result['seconds']} s)")
+    return "\n".join(lines) + "\n"
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench.produce", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny record counts (a smoke test, not a measurement)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    parser.add_argument(
+        "--repeat", type=int, metavar="N", help="runs per measurement, the median reported (default 3; 1 with --quick)"
+    )
+    parser.add_argument(
+        "--only",
+        metavar="KEYS",
+        help="comma-separated parts of case keys to run, e.g. 'b1000' or '100B/1p/b1000' (default: every case)",
+    )
+    args = parser.parse_args(argv)
+    # On SIGTERM (e.g. a timeout), unwind normally so the run's database is still dropped.
+    signal.signal(signal.SIGTERM, _terminate)
+    repeat = args.repeat if args.repeat is not None else (1 if args.quick else 3)
+    if repeat < 1:
+        parser.error("--repeat must be at least 1")
+    only = [part.strip() for part in args.only.split(",") if part.strip()] if args.only else []
+    result = run(args.quick, repeat, only)
+    sys.stdout.write(render(result))
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

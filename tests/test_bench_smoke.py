@@ -1,0 +1,107 @@
+"""The produce benchmark runs end to end (``--quick``) and reports every case.
+
+A smoke test only: it checks the output's shape and that every number is positive, never how
+fast anything is (performance is measured with ``bench/run``, not asserted here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from oncelog.store import cluster
+
+ROOT = Path(__file__).resolve().parent.parent
+
+VALUE_SIZES = (100, 1024)
+PARTITIONS = (1, 8)
+BATCHES = (1, 100, 1000)
+KINDS = ("raw", "store", "producer")
+
+
+@pytest.fixture(scope="module")
+def quick_run(server_url: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, object]]:
+    out = tmp_path_factory.mktemp("bench") / "produce.json"
+    env = {**os.environ, "ONCELOG_DATABASE_URL": server_url}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.produce", "--quick", "--json", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout, json.loads(out.read_text())
+
+
+def test_markdown_has_both_tables_and_the_headline(quick_run: tuple[str, dict[str, object]]) -> None:
+    stdout, _ = quick_run
+    assert "| case | records | records/s | MB/s | raw baseline records/s | ratio (oncelog / raw) |" in stdout
+    assert "| path | samples | p50 ms | p99 ms | max ms | mean ms |" in stdout
+    assert "idempotent produce, 1000-record batches: ratio " in stdout
+    assert "(target >= 0.5)" in stdout
+    for line in ("- machine: ", "- Python ", "- server: ONCELOG_DATABASE_URL", "- PostgreSQL "):
+        assert line in stdout
+    # 12 configurations, each with a store and a Producer row.
+    for path in ("store.log.produce", "Producer"):
+        rows = re.findall(rf"^\| {re.escape(path)}, .+, batch \d+ \|", stdout, flags=re.MULTILINE)
+        assert len(rows) == 12, (path, rows)
+
+
+def test_json_has_every_case_with_positive_numbers(quick_run: tuple[str, dict[str, object]]) -> None:
+    _, result = quick_run
+    cases = result["cases"]
+    assert isinstance(cases, list)
+    by_key = {c["key"]: c for c in cases}
+    expected = {f"{v}B/{p}p/b{b}" for v in VALUE_SIZES for p in PARTITIONS for b in BATCHES}
+    assert set(by_key) == expected
+    for key, case in by_key.items():
+        assert case["records"] > 0, key
+        for kind in KINDS:
+            m = case[kind]
+            assert m["records"] == case["records"], (key, kind)
+            assert m["seconds"] > 0, (key, kind)
+            assert m["records_per_s"] > 0, (key, kind)
+            assert m["mb_per_s"] > 0, (key, kind)
+        assert case["ratio_store"] > 0, key
+        assert case["ratio_producer"] > 0, key
+        # The Producer really sent batches of the configured size (the last one may be short).
+        assert case["producer"]["records_per_batch_avg"] <= case["batch"], key
+
+    latency = result["latency"]
+    assert isinstance(latency, dict)
+    assert set(latency) == set(KINDS)
+    for kind, stats in latency.items():
+        assert stats["samples"] > 0, kind
+        for name in ("p50_ms", "p99_ms", "max_ms", "mean_ms"):
+            assert stats[name] > 0, (kind, name)
+        assert stats["p50_ms"] <= stats["p99_ms"] <= stats["max_ms"], kind
+
+    machine, server = result["machine"], result["server"]
+    assert isinstance(machine, dict)
+    assert isinstance(server, dict)
+    assert machine["nproc"] > 0
+    assert machine["memory_gib"] > 0
+    assert machine["python"]
+    assert server["version"]
+    assert server["settings"]["fsync"] in ("on", "off")
+    headline = result["headline"]
+    assert isinstance(headline, dict)
+    assert headline["ratio_store_min"] > 0
+    assert headline["ratio_producer_min"] > 0
+
+
+def test_the_bench_database_is_dropped(server_url: str, quick_run: tuple[str, dict[str, object]]) -> None:
+    _, result = quick_run
+    name = result["database"]
+    assert isinstance(name, str)
+    assert name.startswith("oncelog_bench_")
+    assert not cluster.database_exists(server_url, name)
