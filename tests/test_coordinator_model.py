@@ -240,14 +240,14 @@ class Model:
         done = "CompleteCommit" if commit else "CompleteAbort"
         if epoch != pr.epoch:
             if epoch == pr.last_epoch and not commit and t.state == "CompleteAbort" and t.txn == n:
-                return ok("already_aborted")  # aborted by its timeout: the holder's abort is satisfied
+                return ok("already_aborted_timed_out")  # aborted by its timeout: satisfied, re-initialise
             if epoch == pr.last_epoch:
                 return err(errors.InvalidProducerEpochError)
             return err(errors.ProducerFencedError)
         if t.txn == n and t.state == "Ongoing":
             if t.timed_out:
                 self._fence_abort(tid, True)
-                return err(errors.TransactionTimeoutError) if commit else ok("aborted")
+                return err(errors.TransactionTimeoutError) if commit else ok("aborted_timed_out")
             self._complete(tid, commit)
             return ok("committed" if commit else "aborted")
         if t.txn == n - 1 and t.state in COMPLETE:
@@ -464,7 +464,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         )
         self._expect(f"{what} {'commit' if commit else 'abort'}", got, self.model.end(inst.tid, pid, epoch, n, commit))
         inst.last_end = (n, commit)
-        if got[0] == "ok" and got[1] in ("committed", "aborted") and n == inst.n:
+        if got[0] == "ok" and got[1] in ("committed", "aborted", "aborted_timed_out") and n == inst.n:
             inst.n += 1
         return got
 

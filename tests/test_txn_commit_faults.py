@@ -516,7 +516,10 @@ def test_commit_retried_after_the_transaction_timeout(
             producer.abort_transaction()
             # The store aborted it when the late commit came; the abort is answered as done, and
             # the producer goes on under the epoch the timeout fenced it with (KIP-360).
-            assert seam.outcomes("end_txn", txn_number=2)[-2:] == ["TransactionTimeoutError", "already_aborted"]
+            assert seam.outcomes("end_txn", txn_number=2)[-2:] == [
+                "TransactionTimeoutError",
+                "already_aborted_timed_out",
+            ]
             assert producer.producer_epoch == (epoch or 0) + 1
             visible = ["T1"]
             assert journal(direct, 2) == ["CompleteAbort"]
