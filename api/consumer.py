@@ -554,32 +554,31 @@ class Consumer(Client):
         self, group_id: str, partitions: list[TopicPartition], *, wait: bool
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
         """Committed offsets of the stable partitions among ``partitions`` (all of them with ``wait``)."""
-        stable = self.isolation_level == "read_committed"
-        deadline = time.monotonic() + self._api_timeout
-        backoff = self._min_backoff
-        while True:
-            with self._connect() as conn:
-                answers = groups.offset_fetch(conn, group_id=group_id, partitions=partitions, require_stable=stable)
-                if any(a.expired_transaction for a in answers.values()):
-                    txn.expire_transactions(conn)  # a reader aborts the abandoned transaction
-            out: dict[TopicPartition, OffsetAndMetadata | None] = {}
-            unstable = []
-            for (topic, partition), a in answers.items():
-                tp = TopicPartition(topic, partition)
-                if a.error == "unknown_topic_or_partition":
-                    raise UnknownTopicOrPartitionError(f"unknown partition {partition} of topic {topic!r}")
-                if a.error == "unstable_offset_commit":
-                    unstable.append(tp)
-                    continue
-                out[tp] = None if a.offset is None else OffsetAndMetadata(a.offset, a.metadata)
-            if not unstable or not wait:
-                return out
-            if time.monotonic() + backoff > deadline:
-                raise errors.UnstableOffsetCommitError(
-                    f"a transaction still holds pending offsets for {sorted(unstable)} after default_api_timeout_ms"
-                )
-            time.sleep(backoff)
-            backoff = min(backoff * 2, self._max_backoff)
+        with self._connect() as conn:
+            answers = groups.offset_fetch_stable(
+                conn,
+                group_id=group_id,
+                partitions=partitions,
+                require_stable=self.isolation_level == "read_committed",
+                wait_s=self._api_timeout if wait else 0.0,
+                min_backoff_s=self._min_backoff,
+                max_backoff_s=self._max_backoff,
+            )
+        out: dict[TopicPartition, OffsetAndMetadata | None] = {}
+        unstable = []
+        for (topic, partition), a in answers.items():
+            tp = TopicPartition(topic, partition)
+            if a.error == "unknown_topic_or_partition":
+                raise UnknownTopicOrPartitionError(f"unknown partition {partition} of topic {topic!r}")
+            if a.error == "unstable_offset_commit":
+                unstable.append(tp)
+                continue
+            out[tp] = None if a.offset is None else OffsetAndMetadata(a.offset, a.metadata)
+        if unstable and wait:
+            raise errors.UnstableOffsetCommitError(
+                f"a transaction still holds pending offsets for {sorted(unstable)} after default_api_timeout_ms"
+            )
+        return out
 
     def _maybe_auto_commit(self) -> None:
         if not self._auto_commit or self._member is None:

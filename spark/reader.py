@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +11,7 @@ import sqlalchemy as sa
 
 from oncelog.errors import ConfigurationError, UnstableOffsetCommitError
 from oncelog.spark.jdbc import jdbc_target
-from oncelog.store import create_engine, groups, log, spark_sql, txn
+from oncelog.store import create_engine, groups, log, spark_sql
 from oncelog.store.engine import DEFAULT_SCHEMA
 from oncelog.types import TopicPartition
 
@@ -38,15 +37,17 @@ def plan_ranges(
     names = list(dict.fromkeys(topics))
     if not names:
         raise ConfigurationError("read at least one topic")
-    with engine.connect() as conn:
-        bounds = log.stable_bounds(conn, topics=names)
+    # Autocommit: a transaction past its timeout that holds the group's offsets is aborted here (as
+    # a reader) before the bounds are fixed, and that abort must be committed, not rolled back.
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         starts: dict[tuple[str, int], int] = {}
         if isinstance(start, str) and start.startswith("committed:"):
-            group = start.split(":", 1)[1]
-            starts = _committed_starts(conn, group, [(b.topic or "", b.partition) for b in bounds], wait_stable_s)
-        elif isinstance(start, Mapping):
+            partitions = [(b.topic or "", b.partition) for b in log.stable_bounds(conn, topics=names)]
+            starts = _committed_starts(conn, start.split(":", 1)[1], partitions, wait_stable_s)
+        bounds = log.stable_bounds(conn, topics=names)
+        if isinstance(start, Mapping):
             starts = {(tp[0], tp[1]): int(off) for tp, off in start.items()}
-        elif start != "earliest":
+        elif start != "earliest" and not (isinstance(start, str) and start.startswith("committed:")):
             raise ConfigurationError("start is 'earliest', 'committed:<group>' or {TopicPartition: offset}")
         planned = []
         for b in bounds:
@@ -61,19 +62,11 @@ def plan_ranges(
 def _committed_starts(
     conn: sa.Connection, group: str, partitions: list[tuple[str, int]], wait_stable_s: float
 ) -> dict[tuple[str, int], int]:
-    deadline = time.monotonic() + wait_stable_s
-    delay = 0.01
-    while True:
-        answers = groups.offset_fetch(conn, group_id=group, partitions=partitions, require_stable=True)
-        if any(a.expired_transaction for a in answers.values()):
-            txn.expire_transactions(conn)
-        unstable = [k for k, a in answers.items() if a.error == "unstable_offset_commit"]
-        if not unstable:
-            return {k: a.offset for k, a in answers.items() if a.offset is not None}
-        if time.monotonic() > deadline:
-            raise UnstableOffsetCommitError(f"offsets of {unstable} stay pending in an open transaction")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.5)
+    answers = groups.offset_fetch_stable(conn, group_id=group, partitions=partitions, wait_s=wait_stable_s)
+    unstable = [k for k, a in answers.items() if a.error == "unstable_offset_commit"]
+    if unstable:
+        raise UnstableOffsetCommitError(f"offsets of {unstable} stay pending in an open transaction")
+    return {k: a.offset for k, a in answers.items() if a.offset is not None}
 
 
 def predicates(ranges: Iterable[ReadRange], max_records_per_task: int) -> list[str]:

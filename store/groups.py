@@ -4,12 +4,14 @@ the join and every heartbeat."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
+from oncelog.store import txn
 from oncelog.store.errors import mapped_errors
 
 
@@ -169,3 +171,34 @@ def txn_offset_commit(
             **_unzip(offsets),
         },
     )
+
+
+def offset_fetch_stable(
+    conn: sa.Connection,
+    *,
+    group_id: str,
+    partitions: Iterable[tuple[str, int]],
+    require_stable: bool = True,
+    wait_s: float = 0.0,
+    min_backoff_s: float = 0.005,
+    max_backoff_s: float = 0.2,
+) -> dict[tuple[str, int], CommittedOffset]:
+    """OffsetFetch that waits up to ``wait_s`` (backing off) while open transactions hold pending
+    offsets, and aborts such a transaction itself once it is past its timeout, as a reader.
+
+    ``conn`` must be in autocommit: the abort has to commit for others to see it. Returns the last
+    answers; some may still say ``unstable_offset_commit`` when the wait ran out.
+    """
+    keys = list(partitions)
+    deadline = time.monotonic() + wait_s
+    backoff = min_backoff_s
+    while True:
+        answers = offset_fetch(conn, group_id=group_id, partitions=keys, require_stable=require_stable)
+        if any(a.expired_transaction for a in answers.values()):
+            txn.expire_transactions(conn)
+            continue  # ask again at once: the abort released the partitions it held
+        unstable = any(a.error == "unstable_offset_commit" for a in answers.values())
+        if not unstable or time.monotonic() + backoff > deadline:
+            return answers
+        time.sleep(backoff)
+        backoff = min(backoff * 2, max_backoff_s)

@@ -34,6 +34,8 @@ FUNCTIONS = [
     "group_expire_members_v1(text)",
     "group_rebalance_v1(text)",
     "group_member_check_v1(text, text, text, integer)",
+    "offset_commit_args_v1(text[], integer[], bigint[], text[])",
+    "group_owns_partitions_v1(text, text, integer, text[], integer[])",
     "join_group_v1(text, text, text, text, text[], integer, text)",
     "heartbeat_v1(text, text, text)",
     "leave_group_v1(text, text)",
@@ -317,15 +319,12 @@ END
 $fn$;
 COMMENT ON FUNCTION leave_group_v1(text, text) IS 'LeaveGroup: removes the member and rebalances the rest.';
 
-CREATE FUNCTION offset_commit_v1(p_group_id text, p_member_id text, p_group_instance_id text, p_generation integer,
-                                 p_topics text[], p_partitions integer[], p_offsets bigint[], p_metadata text[])
+-- The argument checks of OffsetCommit and TxnOffsetCommit.
+CREATE FUNCTION offset_commit_args_v1(p_topics text[], p_partitions integer[], p_offsets bigint[], p_metadata text[])
 RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER
+LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
 AS $fn$
-DECLARE
-    g groups%ROWTYPE;
-    v_bad text;
 BEGIN
     IF cardinality(p_topics) IS DISTINCT FROM cardinality(p_partitions)
        OR cardinality(p_topics) IS DISTINCT FROM cardinality(p_offsets)
@@ -338,6 +337,48 @@ BEGIN
     IF EXISTS (SELECT 1 FROM unnest(p_metadata) md WHERE octet_length(md) > 4096) THEN
         RAISE EXCEPTION USING ERRCODE = 'OL406', MESSAGE = 'offset metadata is larger than 4096 bytes';
     END IF;
+END
+$fn$;
+COMMENT ON FUNCTION offset_commit_args_v1(text[], integer[], bigint[], text[]) IS
+  'Internal: offset commit arguments have equal lengths, offsets >= 0, metadata <= 4096 bytes (OL406).';
+
+-- Beyond Kafka (KIP-1287): a member commits offsets only for partitions it owns. The caller holds
+-- the group lock and has checked the member and generation.
+CREATE FUNCTION group_owns_partitions_v1(p_group_id text, p_member_id text, p_generation integer,
+                                         p_topics text[], p_partitions integer[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_bad text;
+BEGIN
+    SELECT format('%s-%s', r.topic, r.partition) INTO v_bad
+    FROM unnest(p_topics, p_partitions) AS r(topic, partition)
+    WHERE NOT EXISTS (
+        SELECT 1 FROM member_assignments a JOIN topics t USING (topic_id)
+        WHERE a.group_id = p_group_id AND a.member_id = p_member_id AND t.name = r.topic AND a.partition = r.partition)
+    LIMIT 1;
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL408',
+            MESSAGE = format('partition %s is not assigned to %L in generation %s', v_bad, p_member_id, p_generation);
+    END IF;
+END
+$fn$;
+COMMENT ON FUNCTION group_owns_partitions_v1(text, text, integer, text[], integer[]) IS
+  'Internal: UNASSIGNED_PARTITION (OL408) unless every partition is assigned to the member.';
+
+CREATE FUNCTION offset_commit_v1(p_group_id text, p_member_id text, p_group_instance_id text, p_generation integer,
+                                 p_topics text[], p_partitions integer[], p_offsets bigint[], p_metadata text[])
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    g groups%ROWTYPE;
+    v_bad text;
+BEGIN
+    PERFORM offset_commit_args_v1(p_topics, p_partitions, p_offsets, p_metadata);
     g := group_lock_v1(p_group_id, p_member_id IS NULL);
     IF p_member_id IS NULL THEN
         -- A standalone consumer (no membership) may commit only while the group has no members.
@@ -347,16 +388,7 @@ BEGIN
         END IF;
     ELSE
         PERFORM group_member_check_v1(p_group_id, p_member_id, p_group_instance_id, p_generation);
-        SELECT format('%s-%s', r.topic, r.partition) INTO v_bad
-        FROM unnest(p_topics, p_partitions) AS r(topic, partition)
-        WHERE NOT EXISTS (
-            SELECT 1 FROM member_assignments a JOIN topics t USING (topic_id)
-            WHERE a.group_id = p_group_id AND a.member_id = p_member_id AND t.name = r.topic AND a.partition = r.partition)
-        LIMIT 1;
-        IF v_bad IS NOT NULL THEN
-            RAISE EXCEPTION USING ERRCODE = 'OL408',
-                MESSAGE = format('partition %s is not assigned to %L in generation %s', v_bad, p_member_id, p_generation);
-        END IF;
+        PERFORM group_owns_partitions_v1(p_group_id, p_member_id, p_generation, p_topics, p_partitions);
     END IF;
     SELECT format('%s-%s', r.topic, r.partition) INTO v_bad
     FROM unnest(p_topics, p_partitions) AS r(topic, partition)
@@ -417,35 +449,14 @@ RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $fn$
-DECLARE
-    v_bad text;
 BEGIN
-    IF cardinality(p_topics) IS DISTINCT FROM cardinality(p_partitions)
-       OR cardinality(p_topics) IS DISTINCT FROM cardinality(p_offsets)
-       OR cardinality(p_topics) IS DISTINCT FROM cardinality(p_metadata) THEN
-        RAISE EXCEPTION USING ERRCODE = 'OL000', MESSAGE = 'topics, partitions, offsets and metadata differ in length';
-    END IF;
-    IF EXISTS (SELECT 1 FROM unnest(p_offsets) o WHERE o IS NULL OR o < 0) THEN
-        RAISE EXCEPTION USING ERRCODE = 'OL000', MESSAGE = 'offsets must be >= 0';
-    END IF;
-    IF EXISTS (SELECT 1 FROM unnest(p_metadata) md WHERE octet_length(md) > 4096) THEN
-        RAISE EXCEPTION USING ERRCODE = 'OL406', MESSAGE = 'offset metadata is larger than 4096 bytes';
-    END IF;
+    PERFORM offset_commit_args_v1(p_topics, p_partitions, p_offsets, p_metadata);
     -- Lock order: the transactions row first (opening transaction N if N-1 completed), then the group.
     PERFORM txn_check_v1(p_transactional_id, p_producer_id, p_epoch, p_txn_number, true);
     PERFORM group_lock_v1(p_group_id, false);
     PERFORM group_expire_members_v1(p_group_id);
     PERFORM group_member_check_v1(p_group_id, p_member_id, p_group_instance_id, p_generation);
-    SELECT format('%s-%s', r.topic, r.partition) INTO v_bad
-    FROM unnest(p_topics, p_partitions) AS r(topic, partition)
-    WHERE NOT EXISTS (
-        SELECT 1 FROM member_assignments a JOIN topics t USING (topic_id)
-        WHERE a.group_id = p_group_id AND a.member_id = p_member_id AND t.name = r.topic AND a.partition = r.partition)
-    LIMIT 1;
-    IF v_bad IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'OL408',
-            MESSAGE = format('partition %s is not assigned to %L in generation %s', v_bad, p_member_id, p_generation);
-    END IF;
+    PERFORM group_owns_partitions_v1(p_group_id, p_member_id, p_generation, p_topics, p_partitions);
     INSERT INTO pending_offsets AS po (group_id, topic_id, partition, producer_id, transactional_id, committed_offset,
                                        metadata, commit_seq, generation, member_id)
     SELECT p_group_id, t.topic_id, r.partition, p_producer_id, p_transactional_id, r.off, coalesce(r.md, ''),
