@@ -142,15 +142,16 @@ def test_many_batches_survive_fault_exactly_once(db_url: str, proxy: FaultProxy,
         p.flush(RESULT_TIMEOUT)
         results(warm)
         sent: dict[int, list[bytes]] = {i: [f"warm-{i}".encode()] for i in range(partitions)}
+        # Armed while the connection is idle: a full batch leaves at once despite the linger, so
+        # arming after queueing could miss the first request (CI once saw the fault hit the second).
+        assert p.metrics()["record_send_total"] == partitions
+        proxy.block_new_connections(True)
+        arm(proxy, fault)
         futures: list[tuple[int, int, Future[RecordMetadata]]] = []
         for n in range(per_partition * partitions):
             part, value = n % partitions, f"v-{n}".encode()
             futures.append((part, len(sent[part]), p.send("t", value, partition=part)))
             sent[part].append(value)
-        # Nothing has been sent yet (the linger is long): the connection is idle while arming.
-        assert p.metrics()["record_send_total"] == partitions
-        proxy.block_new_connections(True)
-        arm(proxy, fault)
         flushed = pool.submit(p.flush, RESULT_TIMEOUT)
         wait_until(lambda: proxy.stats.connections_refused >= 1, 30, "the producer to try to reconnect")
         # While the producer retries: exactly the first batch sent committed, or nothing did.
@@ -205,6 +206,8 @@ def test_alternating_faults_over_many_rounds_keep_log_equal_to_sends(
         acked += [(part, index, f.result(RESULT_TIMEOUT)) for part, index, f in warm]
         n = 0
         for rnd in range(rounds):
+            # Armed before queueing, while the connection is idle (a full batch leaves at once).
+            arm(proxy, CUT_AFTER if rnd % 2 == 0 else CUT_BEFORE)
             futures = []
             for _ in range(rng.randint(1, 40)):
                 part = rng.randrange(partitions)
@@ -212,7 +215,6 @@ def test_alternating_faults_over_many_rounds_keep_log_equal_to_sends(
                 n += 1
                 futures.append((part, len(sent[part]), p.send("t", value, key=value, partition=part)))
                 sent[part].append(value)
-            arm(proxy, CUT_AFTER if rnd % 2 == 0 else CUT_BEFORE)
             p.flush(RESULT_TIMEOUT)
             acked += [(part, index, f.result(RESULT_TIMEOUT)) for part, index, f in futures]
             # Every round's fault fired (so the next is armed while the connection is idle).
