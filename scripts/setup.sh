@@ -35,7 +35,7 @@ stamp=.venv/.oncelog-deps-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   echo "setup: installing Python dependencies into .venv"
   .venv/bin/python -m pip install -q --upgrade pip "setuptools>=77" wheel
-  .venv/bin/python -m pip install -q -e ".[dev,spark]" --config-settings editable_mode=strict
+  .venv/bin/python -m pip install -q -e ".[dev,spark,metrics,bench]" --config-settings editable_mode=strict
   rm -f .venv/.oncelog-deps-*
   touch "$stamp"
 else
