@@ -175,7 +175,7 @@ class History:
     def __getitem__(self, index: int) -> Op:
         return self._ops[index]
 
-    def append(self, process: str, type: OpType, f: str, **values: Any) -> Op:  # noqa: A002 (Jepsen's name)
+    def append(self, process: str, type: OpType, f: str, **values: Any) -> Op:
         """Record one entry now and return it."""
         op = Op(index=len(self._ops), process=process, type=type, f=f, time=time.monotonic_ns(), **values)
         self._ops.append(op)
@@ -196,8 +196,8 @@ def load_history(lines: Iterable[str]) -> History:
     by ``time`` and re-indexed, so the result is one history in real-time order. A truncated last
     line (a process killed while writing) is skipped."""
     ops: list[Op] = []
-    for line in lines:
-        line = line.strip()
+    for raw in lines:
+        line = raw.strip()
         if not line:
             continue
         try:
