@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 
 from oncelog.client import Client
-from oncelog.store import log, topics, txn
+from oncelog.store import log, ops, topics, txn
+from oncelog.store.errors import mapped_errors
+from oncelog.store.records import PartitionOffsets
 from oncelog.store.topics import TopicConfig, TopicDescription
 from oncelog.store.txn import TransactionStatus
+from oncelog.types import (
+    GroupDescription,
+    GroupListing,
+    OffsetReset,
+    PartitionLag,
+    ProducerState,
+    TopicPartition,
+    TopicSummary,
+)
 
 #: Kafka's kafka-transactions.sh find-hanging default: open longer than 15 minutes.
 HANGING_AFTER = timedelta(minutes=15)
@@ -90,3 +102,65 @@ class Admin(Client):
             while deleted := log.enforce_retention(conn, batch=batch):
                 total += deleted
         return total
+
+    # --- the operator's views ------------------------------------------------------------------
+
+    def topic_summaries(self) -> list[TopicSummary]:
+        """Every topic with its partition count, offsets held, bytes and open transactions."""
+        with self._connect() as conn:
+            return ops.topic_summaries(conn)
+
+    def list_offsets(self, topic: str) -> list[PartitionOffsets]:
+        """Log start offset, high watermark and last stable offset of every partition of ``topic``."""
+        with self._connect() as conn:
+            return log.list_offsets(conn, topic=topic)
+
+    def offsets_for_times(self, topic: str, timestamp: datetime) -> dict[TopicPartition, int]:
+        """Per partition, the first offset whose record is at or after ``timestamp`` (else the
+        high watermark), as Kafka's ListOffsets by timestamp."""
+        with self._connect() as conn:
+            found = ops.offsets_for_times(conn, topic=topic, timestamp=timestamp)
+        return {TopicPartition(topic, p): offset for p, offset in found.items()}
+
+    def describe_producers(self, topic: str, partition: int | None = None) -> list[ProducerState]:
+        """The producers with sequence state on ``topic`` (Kafka's kafka-transactions.sh describe-producers)."""
+        with self._connect() as conn:
+            return ops.describe_producers(conn, topic=topic, partition=partition)
+
+    def list_groups(self) -> list[GroupListing]:
+        """Every consumer group with its state and number of members."""
+        with self._connect() as conn:
+            return ops.list_groups(conn)
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        """A group's state, members, assignments and offsets (GroupIdNotFoundError if unknown)."""
+        with self._connect() as conn:
+            return ops.describe_group(conn, group_id=group_id)
+
+    def group_lag(self, group_id: str) -> list[PartitionLag]:
+        """A group's committed offset and lag on every partition it reads or has offsets for."""
+        with self._connect() as conn:
+            return ops.group_lag(conn, group_id=group_id)
+
+    def reset_group_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, int], *, dry_run: bool = True
+    ) -> list[OffsetReset]:
+        """Set a consumer group's committed offsets, as Kafka's ``--reset-offsets``.
+
+        The group must have no live members (NonEmptyGroupError) and every offset must lie within
+        its partition's [log start offset, high watermark] (OffsetOutOfRangeError). With
+        ``dry_run`` (the default) the same checks run and the answer is the same, but nothing is
+        written: the call runs in a database transaction that is rolled back.
+        """
+        wanted = {(tp.topic, tp.partition): offset for tp, offset in offsets.items()}
+        # Not the autocommit connection of the other calls: the dry run needs a transaction to roll back.
+        with mapped_errors():
+            conn = self._engine.connect()
+        with conn:
+            done = ops.reset_group_offsets(conn, group_id=group_id, offsets=wanted)
+            if dry_run:
+                conn.rollback()
+            else:
+                with mapped_errors():
+                    conn.commit()
+        return done

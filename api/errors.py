@@ -338,6 +338,13 @@ class GroupIdNotFoundError(OncelogError):
     sqlstate = "OL409"
 
 
+class NonEmptyGroupError(OncelogError):
+    """The group has live members; stop its consumers before changing its offsets."""
+
+    kafka_name = "NON_EMPTY_GROUP"
+    sqlstate = "OL410"
+
+
 def _all_subclasses(cls: type[OncelogError]) -> list[type[OncelogError]]:
     out: list[type[OncelogError]] = []
     for sub in cls.__subclasses__():

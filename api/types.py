@@ -75,3 +75,105 @@ class PreparedTransaction:
     producer_id: int
     epoch: int
     txn_number: int
+
+
+# --- the operator's views (Admin) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSummary:
+    """One topic in a listing: its partitions and the size of its log."""
+
+    name: str
+    partitions: int
+    #: Offsets between the log start and the high watermark, summed over partitions (records and
+    #: transaction markers, as Kafka counts offsets).
+    offsets: int
+    log_bytes: int
+    open_transactions: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerState:
+    """What the store remembers of one producer on one partition (Kafka's DescribeProducers)."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_offset: int
+    last_timestamp: datetime
+    #: The transactional id the producer id serves (None: an idempotent producer, or retired).
+    transactional_id: str | None
+    #: The first offset of its open transaction on this partition (None: no open transaction here).
+    current_txn_start_offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    """One consumer group in a listing."""
+
+    group_id: str
+    state: str
+    generation: int
+    assignor: str
+    members: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMember:
+    """A member of a consumer group and the partitions assigned to it."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str | None
+    subscription: tuple[str, ...]
+    assignment: tuple[TopicPartition, ...]
+    last_heartbeat_at: datetime
+    #: Silent past its session timeout (the next group call removes it).
+    expired: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    """A group's position on one partition (Kafka's consumer-groups --describe row)."""
+
+    topic: str
+    partition: int
+    #: The next offset the group will read (None: nothing committed yet).
+    committed_offset: int | None
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+    #: high watermark - committed offset (None without a committed offset).
+    lag: int | None
+    #: last stable offset - committed offset: what a read_committed member can still read.
+    lag_committed: int | None
+    #: The member the partition is assigned to (None: unassigned).
+    member_id: str | None
+    client_id: str | None
+    #: Transactions holding offsets for this partition that their commit would apply (KIP-447).
+    pending_transactional_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    """A consumer group: its state, members and per-partition positions."""
+
+    group_id: str
+    state: str
+    generation: int
+    assignor: str
+    members: tuple[GroupMember, ...]
+    offsets: tuple[PartitionLag, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetReset:
+    """One partition of an offset reset: the committed offset before (None: none) and after."""
+
+    topic: str
+    partition: int
+    previous_offset: int | None
+    new_offset: int

@@ -48,7 +48,7 @@ def translate(exc: BaseException) -> errors.OncelogError | None:
             return errors.SerializationFailureError(_message(exc))
         if state in _UNAVAILABLE or state.startswith(_UNAVAILABLE_PREFIXES):
             return errors.DatabaseUnavailableError(_message(exc))
-        if state in {"3F000", "42P01"}:  # invalid_schema_name, undefined_table
+        if state in {"3F000", "42P01", "42883"}:  # invalid_schema_name, undefined_table, undefined_function
             return errors.SchemaNotReadyError(f"{_message(exc)}: run `oncelog db upgrade`")
         if state == "42501":  # insufficient_privilege
             return errors.AuthorizationError(_message(exc))

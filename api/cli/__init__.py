@@ -13,12 +13,16 @@ import click
 import psycopg
 import sqlalchemy as sa
 
+from oncelog.cli.clients import consume, produce
 from oncelog.cli.context import CliContext
 from oncelog.cli.coordinator import coordinator
 from oncelog.cli.db import db
 from oncelog.cli.demo import demo
 from oncelog.cli.devdb import dev_db
+from oncelog.cli.groups import groups
 from oncelog.cli.spark import spark
+from oncelog.cli.topics import producers, topics
+from oncelog.cli.txns import txns
 from oncelog.errors import OncelogError
 from oncelog.store.engine import DEFAULT_SCHEMA
 from oncelog.store.errors import translate
@@ -69,6 +73,12 @@ cli.add_command(dev_db)
 cli.add_command(demo)
 cli.add_command(coordinator)
 cli.add_command(spark)
+cli.add_command(topics)
+cli.add_command(producers)
+cli.add_command(produce)
+cli.add_command(consume)
+cli.add_command(txns)
+cli.add_command(groups)
 
 
 def main() -> None:

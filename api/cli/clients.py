@@ -1,0 +1,529 @@
+"""``oncelog produce`` and ``oncelog consume``: records in from lines or JSON, records out.
+
+The JSON shape of a record is the same both ways, so ``consume --json`` output can be fed back to
+``produce --format json``::
+
+    {"key": "k", "value": "v", "headers": [["h", "1"]], "partition": 0, "timestamp": "2026-11-21T13:00:00+00:00"}
+
+A key, value or header value is ``null``, a string (its UTF-8 bytes), or ``{"base64": "..."}`` for
+bytes that are not UTF-8. ``timestamp`` is ISO 8601 text or milliseconds since the epoch.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import FrameType
+from typing import IO, Any
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from oncelog.cli.context import CliContext
+from oncelog.cli.render import OpsCommand, admin_for, bytes_to_json, console, json_option, print_json, table
+from oncelog.consumer import Consumer
+from oncelog.errors import (
+    ConfigurationError,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+    OncelogError,
+    RecordTooLargeError,
+    UnknownTopicOrPartitionError,
+)
+from oncelog.producer import Producer
+from oncelog.store.records import PartitionOffsets, encode_headers, record_size
+from oncelog.types import ConsumerRecord, RecordMetadata, TopicPartition
+
+#: Keys a JSON input line may carry; ``topic`` and ``offset`` (from ``consume --json``) are ignored.
+_JSON_KEYS = {"key", "value", "headers", "partition", "timestamp", "topic", "offset"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Input:
+    """One record read from the input, before anything is sent."""
+
+    line: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+    partition: int | None
+    timestamp: datetime | None
+
+
+# --- reading the input -----------------------------------------------------------------------
+
+
+def _bytes_field(value: Any, what: str) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, dict) and set(value) == {"base64"} and isinstance(value["base64"], str):
+        try:
+            return base64.b64decode(value["base64"], validate=True)
+        except binascii.Error:
+            raise InvalidRecordError(f"{what}: invalid base64") from None
+    raise InvalidRecordError(f'{what} must be a string, null or {{"base64": "..."}}, not {json.dumps(value)}')
+
+
+def _headers_field(value: Any) -> list[tuple[str, bytes | None]]:
+    if value is None:
+        return []
+    if isinstance(value, dict):
+        pairs = list(value.items())
+    elif isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 for p in value):
+        pairs = [(p[0], p[1]) for p in value]
+    else:
+        raise InvalidRecordError("headers must be an object or a list of [key, value] pairs")
+    out = []
+    for k, v in pairs:
+        if not isinstance(k, str):
+            raise InvalidRecordError(f"a header key must be a string, not {json.dumps(k)}")
+        out.append((k, _bytes_field(v, f"header {k!r}")))
+    return out
+
+
+def _timestamp_field(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return datetime.fromtimestamp(value / 1000, tz=UTC)
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            raise InvalidRecordError(f"timestamp {value!r} is not ISO 8601") from None
+        return parsed if parsed.tzinfo is not None else parsed.astimezone()
+    raise InvalidRecordError(f"timestamp must be ISO 8601 text or milliseconds since the epoch, not {value!r}")
+
+
+def _json_record(raw: bytes, line: int, headers: list[tuple[str, bytes | None]]) -> _Input:
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidRecordError(f"invalid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise InvalidRecordError("expected a JSON object with value (and key, headers, partition, timestamp)")
+    unknown = sorted(set(data) - _JSON_KEYS)
+    if unknown:
+        raise InvalidRecordError(f"unknown field {unknown[0]!r} (known: key, value, headers, partition, timestamp)")
+    partition = data.get("partition")
+    if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int) or partition < 0):
+        raise InvalidRecordError(f"partition must be an integer >= 0, not {json.dumps(partition)}")
+    return _Input(
+        line=line,
+        key=_bytes_field(data.get("key"), "key"),
+        value=_bytes_field(data.get("value"), "value"),
+        headers=headers + _headers_field(data.get("headers")),
+        partition=partition,
+        timestamp=_timestamp_field(data.get("timestamp")),
+    )
+
+
+def _read(
+    stream: IO[bytes], source: str, input_format: str, key_separator: bytes | None, headers: list[tuple[str, bytes]]
+) -> list[_Input]:
+    """Every record of the input, parsed before anything is sent: a bad line fails the whole run
+    with its line number, and nothing is written."""
+    out: list[_Input] = []
+    for number, raw in enumerate(stream, start=1):
+        line = raw[:-1] if raw.endswith(b"\n") else raw
+        line = line[:-1] if line.endswith(b"\r") else line
+        try:
+            if input_format == "json":
+                if line.strip():
+                    out.append(_json_record(line, number, list(headers)))
+                continue
+            # Lines: every line is a record, an empty one too (as Kafka's console producer).
+            key: bytes | None = None
+            if key_separator is not None:
+                key, sep, line = line.partition(key_separator)
+                if not sep:
+                    raise InvalidRecordError(f"no key separator {key_separator.decode(errors='replace')!r}")
+            out.append(_Input(number, key, line, list(headers), None, None))
+        except InvalidRecordError as exc:
+            raise InvalidRecordError(f"{source} line {number}: {exc}") from None
+    return out
+
+
+def _header_options(pairs: tuple[str, ...]) -> list[tuple[str, bytes]]:
+    out = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigurationError(f"expected a header KEY=VALUE, not {pair!r}")
+        out.append((key, value.encode("utf-8")))
+    return out
+
+
+def _separator(text: str | None) -> bytes | None:
+    if text is None:
+        return None
+    if "\\" in text:  # '\t' typed on a command line means a tab
+        text = text.encode("utf-8").decode("unicode_escape")
+    if not text:
+        raise ConfigurationError("the key separator cannot be empty")
+    return text.encode("utf-8")
+
+
+def _check(records: Sequence[_Input], source: str, topic: str, partitions: int, max_bytes: int | None) -> None:
+    """Refuse what the store would refuse, before the first record is sent."""
+    for r in records:
+        if r.partition is not None and r.partition >= partitions:
+            raise UnknownTopicOrPartitionError(
+                f"{source} line {r.line}: partition {r.partition} of topic {topic!r} does not exist "
+                f"({partitions} partitions)"
+            )
+        try:
+            size = record_size(r.key, r.value, encode_headers(r.headers))
+        except InvalidRecordError as exc:
+            raise InvalidRecordError(f"{source} line {r.line}: {exc}") from None
+        if max_bytes is not None and size > max_bytes:
+            raise RecordTooLargeError(
+                f"{source} line {r.line}: a record of {size} bytes exceeds max_message_bytes {max_bytes} of {topic!r}"
+            )
+
+
+# --- produce -----------------------------------------------------------------------------------
+
+
+@click.command(cls=OpsCommand)
+@click.argument("topic")
+@click.option(
+    "-f",
+    "--file",
+    "path",
+    type=click.Path(exists=True, dir_okay=False, allow_dash=True),
+    default="-",
+    show_default=True,
+    help="Read records from this file ('-': stdin).",
+)
+@click.option(
+    "--format",
+    "input_format",
+    type=click.Choice(["lines", "json"]),
+    default="lines",
+    show_default=True,
+    help="lines: each line is a value; json: each line is a JSON object (key, value, headers, partition, timestamp).",
+)
+@click.option("--key-separator", default=None, metavar="SEP", help="lines: each line is KEY<SEP>VALUE ('\\t': a tab).")
+@click.option("-H", "--header", "header_pairs", multiple=True, metavar="KEY=VALUE", help="A header on every record.")
+@click.option("--partition", type=click.IntRange(min=0), default=None, help="Send every record to this partition.")
+@click.option("--transactional-id", default=None, help="Write everything in one transaction: all or nothing.")
+@json_option
+@click.pass_obj
+def produce(
+    obj: CliContext,
+    *,
+    topic: str,
+    path: str,
+    input_format: str,
+    key_separator: str | None,
+    header_pairs: tuple[str, ...],
+    partition: int | None,
+    transactional_id: str | None,
+    as_json: bool,
+) -> None:
+    """Write records to TOPIC from stdin or a file, one per line.
+
+    The whole input is read and checked first (JSON, partitions, record sizes), so a bad line
+    writes nothing. Records are idempotent; with --transactional-id they commit together.
+    """
+    source = "stdin" if path == "-" else path
+    headers = _header_options(header_pairs)
+    separator = _separator(key_separator)
+    with click.open_file(path, "rb") as stream:
+        records = _read(stream, source, input_format, separator, headers)
+    with admin_for(obj) as admin:
+        described = admin.describe_topic(topic)
+    count = len(described.partitions)
+    if partition is not None:
+        records = [_Input(r.line, r.key, r.value, r.headers, partition, r.timestamp) for r in records]
+    _check(records, source, topic, count, described.config.get("max_message_bytes"))
+    metas = _send(obj, topic, records, transactional_id, progress=path != "-" and not as_json)
+    summary: dict[int, list[int]] = {}
+    for m in metas:
+        summary.setdefault(m.partition, []).append(m.offset)
+    payload = {
+        "topic": topic,
+        "records": len(metas),
+        "transactional_id": transactional_id,
+        "partitions": [
+            {"partition": p, "records": len(offs), "first_offset": min(offs), "last_offset": max(offs)}
+            for p, offs in sorted(summary.items())
+        ],
+    }
+    if as_json:
+        print_json(payload)
+    else:
+        where = "; ".join(f"partition {p}: offsets {min(o)}..{max(o)}" for p, o in sorted(summary.items()))
+        how = f" in a transaction of {transactional_id}" if transactional_id else ""
+        click.echo(f"produced {len(metas)} records to {topic}{how}" + (f" ({where})" if where else ""))
+
+
+def _send(
+    obj: CliContext, topic: str, records: Sequence[_Input], transactional_id: str | None, *, progress: bool
+) -> list[RecordMetadata]:
+    err = console(stderr=True)
+    bar = Progress(
+        TextColumn("[bold]producing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        # A bar only where a person watches: a file being sent, on a terminal.
+        disable=not (progress and err.is_terminal),
+    )
+    futures: list[Future[RecordMetadata]] = []
+    with bar, Producer(obj.url(), schema=obj.schema, transactional_id=transactional_id, linger_ms=5) as producer:
+        task = bar.add_task("producing", total=len(records))
+
+        def acked(_meta: RecordMetadata | None, _exc: BaseException | None) -> None:
+            bar.advance(task)
+
+        if transactional_id is not None:
+            producer.init_transactions()
+            producer.begin_transaction()
+        try:
+            for r in records:
+                futures.append(
+                    producer.send(
+                        topic,
+                        r.value,
+                        r.key,
+                        partition=r.partition,
+                        headers=r.headers or None,
+                        timestamp=r.timestamp,
+                        callback=acked,
+                    )
+                )
+            if transactional_id is not None:
+                producer.commit_transaction()
+            else:
+                producer.flush()
+        except BaseException:
+            if transactional_id is not None:
+                with contextlib.suppress(OncelogError):
+                    producer.abort_transaction()
+            raise
+    failed = [exc for f in futures if (exc := f.exception()) is not None]
+    if failed:
+        # Only without a transaction: some records may be in the log already; say how many.
+        written = len(futures) - len(failed)
+        first = failed[0]
+        if isinstance(first, OncelogError):
+            raise type(first)(f"{first} ({written} of {len(futures)} records were written)") from first
+        raise first
+    return [f.result() for f in futures]
+
+
+# --- consume -----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[threading.Event]:
+    """An event set by SIGINT or SIGTERM while inside (the previous handlers come back after)."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _record_json(r: ConsumerRecord) -> dict[str, Any]:
+    return {
+        "topic": r.topic,
+        "partition": r.partition,
+        "offset": r.offset,
+        "timestamp": r.timestamp.isoformat(),
+        "key": bytes_to_json(r.key),
+        "value": bytes_to_json(r.value),
+        "headers": [[k, bytes_to_json(v)] for k, v in r.headers],
+    }
+
+
+def _text(data: bytes | None) -> str:
+    return "null" if data is None else data.decode("utf-8", errors="backslashreplace")
+
+
+def _print(records: Sequence[ConsumerRecord], output: str) -> None:
+    if output == "json":
+        for r in records:
+            print_json(_record_json(r), compact=True)
+    elif output == "table":
+        console().print(
+            table(
+                None,
+                ["partition", "offset", "timestamp", "key", "value", "headers"],
+                [
+                    (
+                        r.partition,
+                        r.offset,
+                        r.timestamp,
+                        _text(r.key),
+                        _text(r.value),
+                        [f"{k}={_text(v)}" for k, v in r.headers],
+                    )
+                    for r in records
+                ],
+                numeric=["partition", "offset"],
+            )
+        )
+    else:
+        for r in records:
+            value = b"null" if r.value is None else r.value
+            if output == "kv":
+                value = (b"null" if r.key is None else r.key) + b"\t" + value
+            click.echo(value)
+
+
+@click.command(cls=OpsCommand)
+@click.argument("topic")
+@click.option("--from-beginning", is_flag=True, help="Start at the log start (--group: if nothing is committed).")
+@click.option("--offset", type=click.IntRange(min=0), default=None, help="Start at this offset on each partition.")
+@click.option("--partition", "partitions", type=click.IntRange(min=0), multiple=True, help="Only this partition.")
+@click.option("--group", default=None, help="Read as a member of this consumer group and commit its offsets.")
+@click.option(
+    "--isolation-level",
+    type=click.Choice(["read_committed", "read_uncommitted"]),
+    default="read_committed",
+    show_default=True,
+    help="read_committed never shows aborted or undecided records.",
+)
+@click.option("-f", "--follow", is_flag=True, help="Keep reading new records until interrupted.")
+@click.option("--max-messages", type=click.IntRange(min=1), default=None, help="Stop after this many records.")
+@click.option(
+    "--format",
+    "output",
+    type=click.Choice(["value", "kv", "table", "json"]),
+    default="value",
+    show_default=True,
+    help="value: one value per line; kv: key<TAB>value; table; json: one JSON object per record.",
+)
+@json_option
+@click.pass_obj
+def consume(
+    obj: CliContext,
+    *,
+    topic: str,
+    from_beginning: bool,
+    offset: int | None,
+    partitions: tuple[int, ...],
+    group: str | None,
+    isolation_level: str,
+    follow: bool,
+    max_messages: int | None,
+    output: str,
+    as_json: bool,
+) -> None:
+    """Read records of TOPIC and print them.
+
+    Starts at the end (as Kafka's console consumer) unless --from-beginning, --offset or a
+    --group's committed offsets say otherwise; without --follow, stops at the end of each
+    partition as it was when reading began (the last stable offset for read_committed).
+    """
+    if as_json:
+        output = "json"
+    if group is not None and (partitions or offset is not None):
+        raise click.UsageError("--group reads the partitions the group assigns: no --partition or --offset with it")
+    if offset is not None and from_beginning:
+        raise click.UsageError("give --from-beginning or --offset, not both")
+    with admin_for(obj) as admin:  # also starts and migrates the embedded server if that is what we use
+        bounds = admin.list_offsets(topic)  # an unknown topic fails here, before joining any group
+    consumer = Consumer(
+        obj.url(),
+        schema=obj.schema,
+        group_id=group,
+        client_id="oncelog-cli",
+        isolation_level=isolation_level,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest" if from_beginning else "latest",
+    )
+    seen = 0
+    with consumer, _stop_on_signals() as stop:
+        if group is not None:
+            consumer.subscribe([topic])
+        else:
+            _assign(
+                consumer,
+                topic=topic,
+                bounds=bounds,
+                partitions=partitions,
+                offset=offset,
+                from_beginning=from_beginning,
+            )
+        ends = consumer.end_offsets(consumer.assignment())
+        buffered: list[ConsumerRecord] = []
+        while not stop.is_set():
+            records = consumer.poll(timeout=0.5)
+            if max_messages is not None and len(records) > max_messages - seen:
+                kept = records[: max_messages - seen]
+                # Rewind every partition to its first record not printed, so a group commits
+                # exactly what was shown (the last seek per partition is its lowest offset).
+                for r in reversed(records[len(kept) :]):
+                    consumer.seek(r.topic_partition, r.offset)
+                records = kept
+            seen += len(records)
+            if output == "table" and not follow:
+                buffered.extend(records)  # one table at the end
+            elif records:
+                _print(records, output)
+            if group is not None and records:
+                consumer.commit()
+            if max_messages is not None and seen >= max_messages:
+                break
+            # A partition gained in a rebalance meanwhile has no recorded end: it does not hold us.
+            if not follow and all(consumer.position(tp) >= ends.get(tp, 0) for tp in consumer.assignment()):
+                break
+        if buffered:
+            _print(buffered, output)
+        if group is not None:
+            consumer.commit()
+    if not as_json:
+        click.echo(f"consumed {seen} records", err=True)
+
+
+def _assign(
+    consumer: Consumer,
+    *,
+    topic: str,
+    bounds: Sequence[PartitionOffsets],
+    partitions: tuple[int, ...],
+    offset: int | None,
+    from_beginning: bool,
+) -> None:
+    """Assign the partitions (all, or the ones named) and place the consumer on each."""
+    known = {p.partition: p for p in bounds}
+    for p in partitions:
+        if p not in known:
+            raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{p}")
+    wanted = sorted(partitions) if partitions else sorted(known)
+    consumer.assign([TopicPartition(topic, p) for p in wanted])
+    for p in wanted:
+        tp = TopicPartition(topic, p)
+        if offset is not None:
+            start, end = known[p].log_start_offset, known[p].high_watermark
+            if not start <= offset <= end:
+                raise OffsetOutOfRangeError(f"offset {offset} is outside {topic}-{p}: the log holds [{start}, {end}]")
+            consumer.seek(tp, offset)
+        elif from_beginning:
+            consumer.seek_to_beginning([tp])
+        else:
+            consumer.seek_to_end([tp])

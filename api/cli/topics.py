@@ -1,0 +1,241 @@
+"""``oncelog topics create|list|describe|alter|delete`` and ``oncelog producers describe``."""
+
+from __future__ import annotations
+
+import click
+
+from oncelog.cli.context import CliContext
+from oncelog.cli.render import OpsGroup, admin_for, emit, fields, json_option, table
+from oncelog.errors import ConfigurationError, InvalidPartitionsError
+from oncelog.store.topics import TOPIC_CONFIG_KEYS
+
+#: Values that reset a setting to its default (no limit, for retention).
+_DEFAULT_WORDS = ("", "default", "none")
+
+
+def _key(name: str) -> str:
+    key = name.strip().replace(".", "_")
+    if key not in TOPIC_CONFIG_KEYS:
+        raise ConfigurationError(f"unknown topic config {key!r} (known: {', '.join(TOPIC_CONFIG_KEYS)})")
+    return key
+
+
+def _config(pairs: tuple[str, ...], deleted: tuple[str, ...] = ()) -> dict[str, int | None]:
+    """``KEY=VALUE`` settings (Kafka's dotted names accepted: ``retention.ms``) as a config map."""
+    config: dict[str, int | None] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise ConfigurationError(f"expected KEY=VALUE, not {pair!r}")
+        key = _key(name)
+        value = value.strip()
+        if value.lower() in _DEFAULT_WORDS:
+            config[key] = None
+            continue
+        try:
+            config[key] = int(value)
+        except ValueError:
+            raise ConfigurationError(f"topic config {key} must be an integer, not {value!r}") from None
+    for name in deleted:
+        config[_key(name)] = None
+    return config
+
+
+_CONFIG_HELP = f"A setting KEY=VALUE (repeatable); keys: {', '.join(TOPIC_CONFIG_KEYS)}."
+
+
+@click.group(cls=OpsGroup)
+def topics() -> None:
+    """Create, list, describe, alter and delete topics."""
+
+
+@topics.command()
+@click.argument("name")
+@click.option("-p", "--partitions", type=int, default=1, show_default=True, help="Number of partitions.")
+@click.option("-c", "--config", "settings", multiple=True, metavar="KEY=VALUE", help=_CONFIG_HELP)
+@click.option("--if-not-exists", is_flag=True, help="Succeed without change when the topic exists.")
+@json_option
+@click.pass_obj
+def create(
+    obj: CliContext, *, name: str, partitions: int, settings: tuple[str, ...], if_not_exists: bool, as_json: bool
+) -> None:
+    """Create topic NAME."""
+    config = _config(settings)
+    with admin_for(obj) as admin:
+        created = True
+        if if_not_exists and name in admin.list_topics():
+            created = False
+        else:
+            admin.create_topic(name, partitions=partitions, config=config)
+        description = admin.describe_topic(name)
+    emit(
+        as_json,
+        {"created": created, "topic": description},
+        f"{'created' if created else 'exists:'} topic {name} with {len(description.partitions)} partition(s)",
+    )
+
+
+@topics.command(name="list")
+@json_option
+@click.pass_obj
+def list_(obj: CliContext, as_json: bool) -> None:
+    """List topics with their partitions, offsets held, bytes and open transactions."""
+    with admin_for(obj) as admin:
+        found = admin.topic_summaries()
+    emit(
+        as_json,
+        found,
+        table(
+            None,
+            ["topic", "partitions", "offsets", "bytes", "open txns"],
+            [(t.name, t.partitions, t.offsets, t.log_bytes, t.open_transactions) for t in found],
+            numeric=["partitions", "offsets", "bytes", "open txns"],
+        ),
+    )
+
+
+@topics.command()
+@click.argument("name")
+@json_option
+@click.pass_obj
+def describe(obj: CliContext, name: str, as_json: bool) -> None:
+    """Show topic NAME: configuration and, per partition, log start, high watermark and last stable offset."""
+    with admin_for(obj) as admin:
+        topic = admin.describe_topic(name)
+        offsets = admin.list_offsets(name)
+    payload = {
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "created_at": topic.created_at,
+        "config": topic.config,
+        "partitions": [
+            {
+                "partition": p.partition,
+                "log_start_offset": p.log_start_offset,
+                "high_watermark": p.high_watermark,
+                "last_stable_offset": p.last_stable_offset,
+            }
+            for p in offsets
+        ],
+    }
+    emit(
+        as_json,
+        payload,
+        fields(
+            f"topic {topic.name}",
+            [("topic id", topic.topic_id), ("created", topic.created_at)]
+            + [(k, "default" if v is None else v) for k, v in topic.config.items()],
+        ),
+        table(
+            None,
+            ["partition", "log start", "high watermark", "last stable", "records"],
+            [
+                (
+                    p.partition,
+                    p.log_start_offset,
+                    p.high_watermark,
+                    p.last_stable_offset,
+                    p.high_watermark - p.log_start_offset,
+                )
+                for p in offsets
+            ],
+            numeric=["partition", "log start", "high watermark", "last stable", "records"],
+        ),
+    )
+
+
+@topics.command()
+@click.argument("name")
+@click.option("-p", "--partitions", type=int, default=None, help="Grow the topic to this many partitions.")
+@click.option("-c", "--config", "settings", multiple=True, metavar="KEY=VALUE", help=_CONFIG_HELP)
+@click.option("--delete-config", multiple=True, metavar="KEY", help="Reset a setting to its default (repeatable).")
+@json_option
+@click.pass_obj
+def alter(
+    obj: CliContext,
+    *,
+    name: str,
+    partitions: int | None,
+    settings: tuple[str, ...],
+    delete_config: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Change topic NAME: more partitions (never fewer), settings."""
+    if partitions is None and not settings and not delete_config:
+        raise click.UsageError("nothing to change: give --partitions, --config or --delete-config")
+    config = _config(settings, delete_config)
+    with admin_for(obj) as admin:
+        # Everything is checked before anything changes, so a refused alter leaves the topic as it was.
+        current = admin.describe_topic(name)
+        if partitions is not None and partitions <= len(current.partitions):
+            raise InvalidPartitionsError(
+                f"topic {name!r} has {len(current.partitions)} partitions; it can only grow, not to {partitions}"
+            )
+        if config:
+            admin.alter_topic_config(name, config)
+        if partitions is not None:
+            admin.create_partitions(name, partitions)
+        topic = admin.describe_topic(name)
+    emit(as_json, topic, f"altered topic {name}: {len(topic.partitions)} partition(s), config {topic.config}")
+
+
+@topics.command()
+@click.argument("name")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+@click.pass_obj
+def delete(obj: CliContext, name: str, yes: bool, as_json: bool) -> None:
+    """Delete topic NAME with all its records and committed offsets."""
+    with admin_for(obj) as admin:
+        admin.describe_topic(name)  # unknown topic: say so before asking
+        if not yes:
+            click.confirm(f"delete topic {name} and all its records?", abort=True, err=True)
+        admin.delete_topic(name)
+    emit(as_json, {"deleted": name}, f"deleted topic {name}")
+
+
+@click.group(cls=OpsGroup)
+def producers() -> None:
+    """Producer state kept for duplicate detection."""
+
+
+@producers.command(name="describe")
+@click.argument("topic")
+@click.option("--partition", type=int, default=None, help="Only this partition.")
+@json_option
+@click.pass_obj
+def describe_producers(obj: CliContext, topic: str, partition: int | None, as_json: bool) -> None:
+    """Show the producers with sequence state on TOPIC (Kafka's describe-producers)."""
+    with admin_for(obj) as admin:
+        found = admin.describe_producers(topic, partition)
+    emit(
+        as_json,
+        found,
+        table(
+            f"producers of {topic}",
+            [
+                "partition",
+                "producer id",
+                "epoch",
+                "last sequence",
+                "last offset",
+                "last timestamp",
+                "transactional id",
+                "txn start offset",
+            ],
+            [
+                (
+                    p.partition,
+                    p.producer_id,
+                    p.producer_epoch,
+                    p.last_sequence,
+                    p.last_offset,
+                    p.last_timestamp,
+                    p.transactional_id,
+                    p.current_txn_start_offset,
+                )
+                for p in found
+            ],
+            numeric=["partition", "producer id", "epoch", "last sequence", "last offset", "txn start offset"],
+        ),
+    )
