@@ -21,13 +21,16 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 
+import sqlalchemy as sa
+
 from oncelog import errors
 from oncelog.client import Client
 from oncelog.errors import ConfigurationError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
-from oncelog.serde import Deserializer, resolve_deserializer
+from oncelog.serde import Deserializer, deserialize_bytes, resolve_deserializer
 from oncelog.store import groups, log, txn
 from oncelog.store.engine import DEFAULT_SCHEMA
 from oncelog.store.groups import Membership
+from oncelog.store.records import PartitionFetch
 from oncelog.types import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -121,6 +124,9 @@ class Consumer(Client):
         self._paused: set[TopicPartition] = set()
         self._awaiting: set[TopicPartition] = set()  # positions to be taken from committed offsets
         self._next = 0  # round-robin start, so one busy partition cannot starve the others
+        # poll()'s own connection, kept between polls (a pool checkout pings the server first: a
+        # second round trip per poll). Used only by the caller's thread; dropped on any error.
+        self._fetch_conn: sa.Connection | None = None
 
         # Group state. The heartbeat thread writes _pending/_rejoin/_fatal under _group_lock; the
         # caller's thread applies them in poll().
@@ -303,18 +309,15 @@ class Consumer(Client):
         # The budget is split between partitions inside the one fetch (not cut from its result),
         # so the all-or-none guarantee for transactions covers exactly what poll returns.
         per_partition = max(1, self._max_poll_records // len(order))
-        with self._connect() as conn:
-            result = log.fetch_many(
-                conn,
-                {tp: self._positions[tp] for tp in order},
-                max_records=per_partition,
-                read_committed=read_committed,
-            )
-            if read_committed and any(part.expired_transaction for part in result.values()):
-                # An abandoned transaction past its timeout holds the last stable offset back:
-                # readers abort it themselves, so no maintenance process is needed.
-                txn.expire_transactions(conn)
+        positions: dict[tuple[str, int], int] = {tp: self._positions[tp] for tp in order}
+        try:
+            result = self._fetch(positions, per_partition, read_committed)
+        except errors.DatabaseUnavailableError:
+            # The kept connection may have died while idle (a server restart): one more try on a
+            # fresh, pinged one before the error reaches the caller.
+            result = self._fetch(positions, per_partition, read_committed)
         out: list[ConsumerRecord] = []
+        advanced: dict[TopicPartition, int] = {}
         for tp in order:
             part = result[(tp.topic, tp.partition)]
             if part.error == "unknown_topic_or_partition":
@@ -324,25 +327,60 @@ class Consumer(Client):
                 # reset as Kafka does, by auto_offset_reset.
                 self._reset_position(tp)
                 continue
-            for r in part.records:
-                out.append(
+            if part.records:
+                topic, partition = tp.topic, tp.partition
+                key_de, value_de = self._key_de, self._value_de
+                # The store hands bytes over; the default deserializer would only check that again.
+                raw_keys, raw_values = key_de is deserialize_bytes, value_de is deserialize_bytes
+                out.extend(
                     ConsumerRecord(
-                        topic=tp.topic,
-                        partition=tp.partition,
-                        offset=r.offset,
-                        key=self._key_de(r.key),
-                        value=self._value_de(r.value),
-                        headers=r.headers,
-                        timestamp=r.timestamp,
-                        producer_id=r.producer_id,
+                        topic,
+                        partition,
+                        r.offset,
+                        r.key if raw_keys else key_de(r.key),
+                        r.value if raw_values else value_de(r.value),
+                        r.headers,
+                        r.timestamp,
+                        r.producer_id,
                     )
+                    for r in part.records
                 )
-                self._positions[tp] = r.offset + 1
+                advanced[tp] = part.records[-1].offset + 1
             if not part.records and part.read_limit is not None:
                 # Nothing visible before where this read stopped: only markers (and aborted
                 # records) were there. Never past read_limit: records beyond it were withheld.
-                self._positions[tp] = max(self._positions[tp], part.read_limit)
+                advanced[tp] = max(self._positions[tp], part.read_limit)
+        # Positions move only once every record of this poll is built: a deserializer that fails
+        # leaves them where they were, so nothing is skipped unseen.
+        self._positions.update(advanced)
         return out
+
+    def _fetch(
+        self, positions: Mapping[tuple[str, int], int], per_partition: int, read_committed: bool
+    ) -> dict[tuple[str, int], PartitionFetch]:
+        """One fetch on poll()'s kept connection (dropped on any error)."""
+        if self._fetch_conn is None:
+            self._fetch_conn = self._connect()
+        conn = self._fetch_conn
+        try:
+            result = log.fetch_many(conn, positions, max_records=per_partition, read_committed=read_committed)
+            if read_committed and any(part.expired_transaction for part in result.values()):
+                # An abandoned transaction past its timeout holds the last stable offset back:
+                # readers abort it themselves, so no maintenance process is needed.
+                txn.expire_transactions(conn)
+        except BaseException:
+            self._drop_fetch_connection()
+            raise
+        return result
+
+    def _drop_fetch_connection(self) -> None:
+        conn, self._fetch_conn = self._fetch_conn, None
+        if conn is not None:
+            try:
+                conn.invalidate()
+                conn.close()
+            except Exception:  # a broken connection may fail to close; it is discarded anyway
+                logger.debug("closing a broken connection failed", exc_info=True)
 
     def close(self) -> None:
         """Commit (with auto-commit), leave the group (a static member keeps its place until its
@@ -362,6 +400,9 @@ class Consumer(Client):
                 self._leave()
             except errors.OncelogError:
                 logger.warning("leaving the group failed", exc_info=True)
+        if self._fetch_conn is not None:
+            self._fetch_conn.close()
+            self._fetch_conn = None
         super().close()
 
     # --- group membership -------------------------------------------------------------------

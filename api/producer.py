@@ -139,6 +139,11 @@ class Producer(Client):
         self._need_bump = False
         self._next_sequence: dict[TopicPartition, int] = {}
         self._conn: sa.Connection | None = None
+        # The coordinator calls' own connection (InitProducerId, EndTxn, TxnOffsetCommit), kept
+        # between calls: a pool checkout pings the server first, a second round trip per commit.
+        # The lock serialises those calls, so application threads never share it at once.
+        self._coord_conn: sa.Connection | None = None
+        self._coord_lock = threading.Lock()
 
         self._metrics_lock = threading.Lock()
         self._metrics: dict[str, float] = {
@@ -427,13 +432,25 @@ class Producer(Client):
         delay = self._backoff
         while True:
             try:
-                with self._connect() as conn:
-                    return what(conn)
+                with self._coord_lock:
+                    if self._coord_conn is None:
+                        self._coord_conn = self._connect()
+                    try:
+                        return what(self._coord_conn)
+                    except errors.OncelogError as exc:
+                        if exc.retriable:  # the connection may be gone: the next try opens a new one
+                            self._drop_coord_connection()
+                        raise
             except errors.OncelogError as exc:
                 if not exc.retriable or time.monotonic() + delay > deadline:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, self._backoff_max)
+
+    def _drop_coord_connection(self) -> None:
+        conn, self._coord_conn = self._coord_conn, None
+        if conn is not None:
+            _discard(conn)
 
     def _init_identity(self, *, bump: bool, timeout: float | None) -> None:
         assert self._txn is not None and self.transactional_id is not None  # callers checked
@@ -519,6 +536,10 @@ class Producer(Client):
                 for batch in list(self._acc.batches()):
                     _fail(batch, errors.ProducerClosedError("closed before the record was acknowledged"))
             self._sender.join(5)
+        with self._coord_lock:
+            if self._coord_conn is not None:
+                self._coord_conn.close()
+                self._coord_conn = None
         super().close()
 
     def partitions_for(self, topic: str) -> list[int]:
@@ -620,12 +641,7 @@ class Producer(Client):
     def _drop_connection(self, *, invalidate: bool) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            try:
-                if invalidate:
-                    conn.invalidate()
-                conn.close()
-            except Exception:  # a broken connection may fail to close; it is discarded anyway
-                logger.debug("closing a broken connection failed", exc_info=True)
+            _discard(conn, invalidate=invalidate)
 
     def _ensure_identity(self, batch: ProducerBatch) -> bool:
         """Get a producer id, or bump the epoch (KIP-360), before sequencing anything. Returns
@@ -793,6 +809,16 @@ class Producer(Client):
             m["batch_size_max"] = max(m["batch_size_max"], batch.size)
             m["request_latency_total_ms"] += ms
             m["request_latency_max_ms"] = max(m["request_latency_max_ms"], ms)
+
+
+def _discard(conn: sa.Connection, *, invalidate: bool = True) -> None:
+    """Close a connection that may be broken (invalidated: it never returns to the pool)."""
+    try:
+        if invalidate:
+            conn.invalidate()
+        conn.close()
+    except Exception:  # a broken connection may fail to close; it is discarded anyway
+        logger.debug("closing a broken connection failed", exc_info=True)
 
 
 def _fail(batch: ProducerBatch, exc: BaseException) -> None:

@@ -24,7 +24,7 @@ migrated to head first and dropped at the end (see ``bench/produce.py``, whose s
    commit markers), vacuumed first; every reader asks for 125 records per partition, 500 per round trip:
    a raw binary SELECT of the same columns from ``oncelog.records`` (one statement for the 4 partitions,
    keyset-paginated by offset, psycopg binary format; the baseline), the same in text format and the
-   ``fetch_v2`` SQL function called directly (diagnostics), ``store.log.fetch_many`` (read_committed and
+   ``fetch_v3`` SQL function called directly (diagnostics), ``store.log.fetch_many`` (read_committed and
    read_uncommitted) and ``Consumer.poll`` (max_poll_records=500, both isolation levels). Each reader
    stops at the end of the log or after 3 s; the bench database sets a 10 s statement_timeout, so a
    pathological fetch ends its reader (reported as "no progress") instead of the run.
@@ -108,8 +108,9 @@ CROSS JOIN LATERAL (
 ) r
 ORDER BY p.part, r."offset"
 """
-FETCH_V2 = (
-    "SELECT * FROM oncelog.fetch_v2(%(topics)s::text[], %(partitions)s::integer[], %(offsets)s::bigint[], %(n)s, true)"
+FETCH_V3 = (
+    "SELECT * FROM oncelog.fetch_v3(%(topics)s::text[], %(partitions)s::integer[], %(offsets)s::bigint[], "
+    "%(n)s::integer, true)"
 )
 RAW_INSERT_ONE = (
     'INSERT INTO bench_raw.records (topic_id, partition, "offset", producer_id, producer_epoch, sequence, key, value, '
@@ -468,11 +469,10 @@ def read_fetch_many(bench: Bench, topic: str, total: int, *, read_committed: boo
     return Measurement(read, seconds, 0)
 
 
-def read_fetch_v2_direct(bench: Bench, topic: str, total: int) -> Measurement:
-    """fetch_v2 (the SQL function behind fetch_many) called with psycopg, binary, rows left as tuples:
-    the store's SQL without the Python client's row handling (a diagnostic). Columns are found by name,
-    and a partition with nothing returned moves to ``read_limit`` (where the read stopped) when the
-    function reports it, else to its last stable offset."""
+def read_fetch_v3_direct(bench: Bench, topic: str, total: int) -> Measurement:
+    """fetch_v3 (the SQL function behind fetch_many) called with psycopg, binary, rows left as tuples:
+    the store's SQL without the Python client's row handling (a diagnostic). A partition's first row
+    (offset NULL) carries its bounds; with nothing returned it moves to where the read stopped."""
     per_partition = READ_BATCH // READ_PARTITIONS
     positions = dict.fromkeys(range(READ_PARTITIONS), 0)
     read = empty = 0
@@ -486,20 +486,18 @@ def read_fetch_v2_direct(bench: Bench, topic: str, total: int) -> Measurement:
                 "offsets": list(positions.values()),
                 "n": per_partition,
             }
-            cur.execute(FETCH_V2, params, prepare=True)
-            names = [c.name for c in cur.description or ()]
-            kind, part, offset = names.index("kind"), names.index("partition"), names.index("offset")
-            stop = names.index("read_limit" if "read_limit" in names else "last_stable_offset")
+            cur.execute(FETCH_V3, params, prepare=True)
             got = 0
             returned: set[int] = set()
             ends: dict[int, int] = {}
             for row in cur.fetchall():
-                if row[kind] == "record":
-                    positions[row[part]] = row[offset] + 1
-                    returned.add(row[part])
+                part = row[0] - 1
+                if row[1] is not None:
+                    positions[part] = row[1] + 1
+                    returned.add(part)
                     got += 1
-                elif row[stop] is not None:
-                    ends[row[part]] = row[stop]
+                elif row[9] is not None:
+                    ends[part] = row[9][3]
             for p, end in ends.items():
                 if p not in returned:
                     positions[p] = max(positions[p], end)
@@ -535,7 +533,7 @@ def read_consumer(bench: Bench, topic: str, total: int, *, isolation_level: str)
 READ_TITLES = {
     "raw": "raw SELECT, binary (baseline)",
     "raw_text": "raw SELECT, text format (diagnostic)",
-    "fetch_v2": "fetch_v2 SQL function, psycopg binary, rows as tuples (diagnostic)",
+    "fetch_v3": "fetch_v3 SQL function, psycopg binary, rows as tuples (diagnostic)",
     "fetch_rc": "store.log.fetch_many, read_committed",
     "fetch_ru": "store.log.fetch_many, read_uncommitted",
     "consumer_rc": "Consumer.poll, read_committed",
@@ -552,7 +550,7 @@ def read_cases(bench: Bench, quick: bool, repeat: int) -> dict[str, Any]:
     readers: dict[str, Callable[[], Measurement]] = {
         "raw": lambda: read_raw(bench, topic_id, total, binary=True),
         "raw_text": lambda: read_raw(bench, topic_id, total, binary=False),
-        "fetch_v2": lambda: read_fetch_v2_direct(bench, topic, total),
+        "fetch_v3": lambda: read_fetch_v3_direct(bench, topic, total),
         "fetch_rc": lambda: read_fetch_many(bench, topic, total, read_committed=True),
         "fetch_ru": lambda: read_fetch_many(bench, topic, total, read_committed=False),
         "consumer_rc": lambda: read_consumer(bench, topic, total, isolation_level="read_committed"),

@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 from oncelog.errors import InvalidRecordError
 
@@ -34,9 +35,8 @@ class ProduceResult:
     duplicate: bool
 
 
-@dataclass(frozen=True, slots=True)
-class FetchedRecord:
-    """One data record read from a partition."""
+class FetchedRecord(NamedTuple):
+    """One data record read from a partition (a named tuple: reads build many of them)."""
 
     offset: int
     key: bytes | None

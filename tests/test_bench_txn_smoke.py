@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TXN_SIZES = (1, 10, 100, 1000)
 TXN_PARTITIONS = (1, 4)
 LATENCY_CASES = ("empty", "ten_1p", "ten_4p", "ten_flushed", "raw_one", "raw_ten")
-READERS = ("raw", "raw_text", "fetch_v2", "fetch_rc", "fetch_ru", "consumer_rc", "consumer_ru")
+READERS = ("raw", "raw_text", "fetch_v3", "fetch_rc", "fetch_ru", "consumer_rc", "consumer_ru")
 WAKE_BACKOFFS = ("200", "20", "5")
 NOTIFY_MODES = ("plain", "notify", "notify_listened")
 
