@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from oncelog import errors
 from oncelog.client import Client
 from oncelog.errors import ConfigurationError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from oncelog.metrics import WindowedRate
 from oncelog.serde import Deserializer, deserialize_bytes, resolve_deserializer
 from oncelog.store import groups, log, txn
 from oncelog.store.engine import DEFAULT_SCHEMA
@@ -127,6 +128,20 @@ class Consumer(Client):
         # poll()'s own connection, kept between polls (a pool checkout pings the server first: a
         # second round trip per poll). Used only by the caller's thread; dropped on any error.
         self._fetch_conn: sa.Connection | None = None
+        # Metrics (see metrics()). Written by the caller's thread only; read under the lock.
+        self._metrics_lock = threading.Lock()
+        self._metrics: dict[str, float] = {
+            "records_consumed_total": 0,
+            "bytes_consumed_total": 0,
+            "fetch_total": 0,
+            "fetch_latency_total_ms": 0.0,
+            "fetch_latency_max_ms": 0.0,
+            "commit_total": 0,
+            "commit_latency_total_ms": 0.0,
+        }
+        self._lag: dict[TopicPartition, int] = {}
+        self._records_rate = WindowedRate()
+        self._fetch_rate = WindowedRate()
 
         # Group state. The heartbeat thread writes _pending/_rejoin/_fatal under _group_lock; the
         # caller's thread applies them in poll().
@@ -247,6 +262,7 @@ class Consumer(Client):
         if not offsets:
             return
         member = self._member
+        started = time.monotonic()
         with self._connect() as conn:
             groups.offset_commit(
                 conn,
@@ -256,6 +272,9 @@ class Consumer(Client):
                 group_instance_id=self._instance_id if member else None,
                 generation=member.generation if member else None,
             )
+        with self._metrics_lock:
+            self._metrics["commit_total"] += 1
+            self._metrics["commit_latency_total_ms"] += (time.monotonic() - started) * 1000
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata | None]:
         """The group's committed offsets (waiting, for read_committed, while a transaction holds
@@ -310,12 +329,14 @@ class Consumer(Client):
         # so the all-or-none guarantee for transactions covers exactly what poll returns.
         per_partition = max(1, self._max_poll_records // len(order))
         positions: dict[tuple[str, int], int] = {tp: self._positions[tp] for tp in order}
+        started = time.monotonic()
         try:
             result = self._fetch(positions, per_partition, read_committed)
         except errors.DatabaseUnavailableError:
             # The kept connection may have died while idle (a server restart): one more try on a
             # fresh, pinged one before the error reaches the caller.
             result = self._fetch(positions, per_partition, read_committed)
+        fetch_ms = (time.monotonic() - started) * 1000
         out: list[ConsumerRecord] = []
         advanced: dict[TopicPartition, int] = {}
         for tp in order:
@@ -353,7 +374,63 @@ class Consumer(Client):
         # Positions move only once every record of this poll is built: a deserializer that fails
         # leaves them where they were, so nothing is skipped unseen.
         self._positions.update(advanced)
+        self._record_fetch(result, out, fetch_ms, read_committed)
         return out
+
+    def _record_fetch(
+        self,
+        result: Mapping[tuple[str, int], PartitionFetch],
+        records: list[ConsumerRecord],
+        fetch_ms: float,
+        read_committed: bool,
+    ) -> None:
+        consumed = sum(len(r.value) for p in result.values() for r in p.records if r.value is not None)
+        with self._metrics_lock:
+            m = self._metrics
+            m["records_consumed_total"] += len(records)
+            m["bytes_consumed_total"] += consumed
+            m["fetch_total"] += 1
+            m["fetch_latency_total_ms"] += fetch_ms
+            m["fetch_latency_max_ms"] = max(m["fetch_latency_max_ms"], fetch_ms)
+            for (topic, partition), part in result.items():
+                # Lag as Kafka's records-lag: from the position to the end this reader can read.
+                end = part.last_stable_offset if read_committed else part.high_watermark
+                tp = TopicPartition(topic, partition)
+                if end is not None and tp in self._positions:
+                    self._lag[tp] = max(end - self._positions[tp], 0)
+        self._records_rate.record(len(records))
+        self._fetch_rate.record()
+
+    def metrics(self) -> dict[str, float]:
+        """Kafka's consumer metrics, as a plain dict (export: :func:`oncelog.metrics.register_prometheus`).
+
+        Totals since the consumer was created, fetch latency average and maximum (one fetch is one
+        round trip reading every assigned partition in one snapshot), records per fetch, rates
+        over the last 30 to 60 seconds (``*_rate``), and ``records_lag_max``: the largest distance,
+        in offsets, from a position to the partition's end as this reader sees it (last stable
+        offset for read_committed, high watermark otherwise) at its last fetch.
+        """
+        with self._metrics_lock:
+            m = dict(self._metrics)
+            lags = [lag for tp, lag in self._lag.items() if tp in self._assignment]
+        fetches = m["fetch_total"] or 1
+        m["fetch_latency_avg_ms"] = m.pop("fetch_latency_total_ms") / fetches
+        m["records_per_request_avg"] = m["records_consumed_total"] / fetches
+        m["commit_latency_avg_ms"] = m.pop("commit_latency_total_ms") / (m["commit_total"] or 1)
+        m["records_consumed_rate"] = self._records_rate.rate()
+        m["fetch_rate"] = self._fetch_rate.rate()
+        m["records_lag_max"] = float(max(lags, default=0))
+        return m
+
+    def partition_metrics(self) -> dict[tuple[str, int], dict[str, float]]:
+        """Per assigned partition: ``records_lag`` (as in :meth:`metrics`) and ``position``."""
+        with self._metrics_lock:
+            lag = dict(self._lag)
+        return {
+            (tp.topic, tp.partition): {"records_lag": float(lag[tp]), "position": float(self._positions[tp])}
+            for tp in self._assignment
+            if tp in lag and tp in self._positions
+        }
 
     def _fetch(
         self, positions: Mapping[tuple[str, int], int], per_partition: int, read_committed: bool

@@ -31,6 +31,7 @@ import sqlalchemy as sa
 from oncelog import errors
 from oncelog.accumulator import PendingRecord, ProducerBatch, RecordAccumulator
 from oncelog.client import Client
+from oncelog.metrics import WindowedRate
 from oncelog.partitioner import DefaultPartitioner, Partitioner
 from oncelog.serde import Serializer, resolve_serializer
 from oncelog.store import groups, log, topics, txn
@@ -162,7 +163,11 @@ class Producer(Client):
             "txn_abort_time_ms_total": 0.0,
             "txn_commit_total": 0,
             "txn_abort_total": 0,
+            "txn_send_offsets_time_ms_total": 0.0,
+            "txn_send_offsets_total": 0,
         }
+        self._record_rate = WindowedRate()
+        self._request_rate = WindowedRate()
         self._sender = threading.Thread(target=self._run_sender, name="oncelog-producer-sender", daemon=True)
         self._sender.start()
 
@@ -360,6 +365,7 @@ class Producer(Client):
         state = self._require_transactional()
         state.require_in_transaction()
         assert self._identity is not None and self.transactional_id is not None  # in a transaction
+        started = time.monotonic()
         ident, tid, number = self._identity, self.transactional_id, self._txn_number
         pairs = {}
         for tp, value in offsets.items():
@@ -396,6 +402,8 @@ class Producer(Client):
         except errors.OncelogError as exc:
             self._record_txn_error(exc)
             raise
+        self._bump_metric("txn_send_offsets_total")
+        self._bump_metric("txn_send_offsets_time_ms_total", (time.monotonic() - started) * 1000)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Producer]:
@@ -547,13 +555,20 @@ class Producer(Client):
         return list(range(self._topic_metadata(topic, refresh=True).partitions))
 
     def metrics(self) -> dict[str, float]:
-        """Kafka-style producer metrics, as a plain dict."""
+        """Kafka's producer metrics, as a plain dict (export: :func:`oncelog.metrics.register_prometheus`).
+
+        Totals since the producer was created (``*_total``; ``txn_*_time_ms_total`` is the time spent
+        in each transaction call), maxima, averages per request (one request appends one batch to
+        one partition), and rates over the last 30 to 60 seconds (``*_rate``, per second).
+        """
         with self._metrics_lock:
             m = dict(self._metrics)
         batches = m["batch_send_total"] or 1
         m["batch_size_avg"] = m.pop("batch_size_total") / batches
         m["request_latency_avg_ms"] = m.pop("request_latency_total_ms") / batches
         m["records_per_request_avg"] = m["record_send_total"] / batches
+        m["record_send_rate"] = self._record_rate.rate()
+        m["request_rate"] = self._request_rate.rate()
         return m
 
     @property
@@ -809,6 +824,8 @@ class Producer(Client):
             m["batch_size_max"] = max(m["batch_size_max"], batch.size)
             m["request_latency_total_ms"] += ms
             m["request_latency_max_ms"] = max(m["request_latency_max_ms"], ms)
+        self._record_rate.record(len(batch.records))
+        self._request_rate.record()
 
 
 def _discard(conn: sa.Connection, *, invalidate: bool = True) -> None:
