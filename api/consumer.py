@@ -307,10 +307,13 @@ class Consumer(Client):
         while True:
             self._last_poll = time.monotonic()
             self._group_step()
+            # Before the fetch, as Kafka does: what is committed is what earlier polls returned
+            # (which the application has had), never the records this poll is about to return,
+            # so a crash after poll() returns re-delivers them (at least once) instead of losing them.
+            self._maybe_auto_commit()
             if self._awaiting:
                 self._initial_positions(list(self._awaiting), wait=False)
             records = self._fetch_once()
-            self._maybe_auto_commit()
             remaining = deadline - time.monotonic()
             if records or remaining <= 0:
                 return records

@@ -194,10 +194,11 @@ def offset_fetch_stable(
     backoff = min_backoff_s
     while True:
         answers = offset_fetch(conn, group_id=group_id, partitions=keys, require_stable=require_stable)
-        if any(a.expired_transaction for a in answers.values()):
-            txn.expire_transactions(conn)
+        if any(a.expired_transaction for a in answers.values()) and txn.expire_transactions(conn):
             continue  # ask again at once: the abort released the partitions it held
-        unstable = any(a.error == "unstable_offset_commit" for a in answers.values())
+        # Nothing aborted (another session holds the expired transaction's row right now, and
+        # expire_transactions skips locked rows): wait and back off like any unstable answer.
+        unstable = any(a.error == "unstable_offset_commit" or a.expired_transaction for a in answers.values())
         if not unstable or time.monotonic() + backoff > deadline:
             return answers
         time.sleep(backoff)

@@ -773,6 +773,27 @@ def test_auto_commit_commits_positions(topics: str, conn: sa.Connection) -> None
     assert status(conn, "g") == {}  # the dynamic member left on close
 
 
+def test_auto_commit_never_covers_what_this_poll_returns(topics: str, conn: sa.Connection) -> None:
+    """At least once, as Kafka: a poll commits what earlier polls returned, so a crash right after
+    poll() returned records re-delivers them instead of losing them."""
+    produce_plain(topics, 5)
+    every = tps(*ALL_A)
+    with group_consumer(topics, "c1", enable_auto_commit=True, auto_commit_interval_ms=1, max_poll_records=4) as c1:
+        c1.subscribe(["a"])
+        returned: dict[TopicPartition, int] = {}
+        for _ in range(50):
+            records = c1.poll(0.2)
+            # What the store holds now is at most what the polls BEFORE this one returned.
+            committed = fetch(conn, "g", *ALL_A)
+            for tp in every:
+                assert (committed.get((tp.topic, tp.partition)) or 0) <= returned.get(tp, 0), (tp, committed, returned)
+            for r in records:
+                returned[r.topic_partition] = r.offset + 1
+            if sum(returned.values()) == 20 and fetch(conn, "g", *ALL_A) == {tp: 5 for tp in ALL_A}:
+                break
+        assert fetch(conn, "g", *ALL_A) == {tp: 5 for tp in ALL_A}
+
+
 def test_position_and_committed_for_a_new_member(topics: str, conn: sa.Connection) -> None:
     commit(conn, "g", {("a", 0): 3, ("a", 1): (2, "m")})
     produce_plain(topics, 5)
