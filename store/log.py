@@ -8,6 +8,7 @@ round trip and one transaction.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +21,7 @@ from oncelog.errors import (
     OncelogError,
     UnknownTopicOrPartitionError,
 )
+from oncelog.store import schema
 from oncelog.store.errors import mapped_errors
 from oncelog.store.records import (
     FetchedRecord,
@@ -282,6 +284,58 @@ def stable_bounds(conn: sa.Connection, *, topics: Sequence[str]) -> list[Partiti
     return [
         PartitionOffsets(
             int(r.partition), int(r.log_start_offset), int(r.high_watermark), int(r.last_stable_offset), r.topic
+        )
+        for r in rows
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedRecord:
+    """One offset of a partition as the log holds it, data or control record (see :func:`read_log`)."""
+
+    topic: str
+    partition: int
+    offset: int
+    value: bytes | None
+    control_type: str | None
+    """``'commit'`` or ``'abort'`` for a transaction marker, None for a data record."""
+    is_transactional: bool
+    aborted: bool
+    producer_id: int | None
+
+
+def read_log(conn: sa.Connection, *, topics: Sequence[str]) -> list[LoggedRecord]:
+    """Every record still in the log of ``topics``, in ONE snapshot, ordered by topic, partition
+    and offset: data records with their transactional and aborted flags, and the control records
+    (commit and abort markers) that no fetch returns. An auditor's raw view of the log (what
+    ``oncelog verify`` compares the clients' histories with); no isolation level applies."""
+    query = (
+        sa.select(
+            schema.topics.c.name,
+            schema.records.c.partition,
+            schema.records.c.offset,
+            schema.records.c.value,
+            schema.records.c.control_type,
+            schema.records.c.is_transactional,
+            schema.records.c.aborted,
+            schema.records.c.producer_id,
+        )
+        .join(schema.topics, schema.topics.c.topic_id == schema.records.c.topic_id)
+        .where(schema.topics.c.name.in_(list(topics)))
+        .order_by(schema.topics.c.name, schema.records.c.partition, schema.records.c.offset)
+    )
+    with mapped_errors():
+        rows = conn.execute(query).all()
+    return [
+        LoggedRecord(
+            topic=r.name,
+            partition=int(r.partition),
+            offset=int(r.offset),
+            value=None if r.value is None else bytes(r.value),
+            control_type=r.control_type,
+            is_transactional=bool(r.is_transactional),
+            aborted=bool(r.aborted),
+            producer_id=None if r.producer_id is None else int(r.producer_id),
         )
         for r in rows
     ]

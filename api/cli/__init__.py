@@ -23,6 +23,7 @@ from oncelog.cli.groups import groups
 from oncelog.cli.spark import spark
 from oncelog.cli.topics import producers, topics
 from oncelog.cli.txns import txns
+from oncelog.cli.verify import verify
 from oncelog.errors import OncelogError
 from oncelog.store.engine import DEFAULT_SCHEMA
 from oncelog.store.errors import translate
@@ -79,6 +80,7 @@ cli.add_command(produce)
 cli.add_command(consume)
 cli.add_command(txns)
 cli.add_command(groups)
+cli.add_command(verify)
 
 
 def main() -> None:

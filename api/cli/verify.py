@@ -1,0 +1,165 @@
+"""``oncelog verify``: check the exactly-once promise on this deployment, Jepsen style.
+
+Runs the chosen workloads as client processes talking to the server through a fault-injecting
+proxy while a seeded nemesis injects faults, then checks the recorded history against the final
+log (:mod:`oncelog.verify`). Prints the verdict, a summary and the anomalies; exits 1 on any
+anomaly. Server restarts need a server oncelog manages: the embedded default.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from oncelog.cli.context import CliContext
+from oncelog.errors import SchemaNotReadyError
+from oncelog.store import migrate
+from oncelog.verify import runner
+from oncelog.verify.checker import render_verdict, verdict_to_json
+from oncelog.verify.faults import SERVER_FAULTS, Fault
+from oncelog.verify.workloads import Workload
+
+_NONE = "none"
+
+
+def resolve_faults(names: Sequence[str], *, managed: bool) -> tuple[list[Fault], list[Fault]]:
+    """The faults to inject and the ones skipped, from the ``--fault`` values (none: every fault
+    the deployment allows). Server restarts asked for explicitly on a server oncelog does not
+    manage are a usage error."""
+    if _NONE in names:
+        if len(set(names)) > 1:
+            raise click.UsageError("--fault none cannot be combined with other faults")
+        return [], []
+    if not names:
+        allowed = [f for f in Fault if managed or f not in SERVER_FAULTS]
+        return allowed, [f for f in Fault if f not in allowed]
+    chosen = [Fault(n) for n in dict.fromkeys(names)]
+    refused = [str(f) for f in chosen if f in SERVER_FAULTS and not managed]
+    if refused:
+        raise click.UsageError(
+            f"--fault {', '.join(refused)} restarts the PostgreSQL server, which oncelog can only do for the "
+            "embedded server it manages; this run uses the server of ONCELOG_DATABASE_URL (--database-url). "
+            "Choose other faults, or run without a database URL."
+        )
+    return chosen, []
+
+
+@click.command()
+@click.option(
+    "--workload",
+    "workloads",
+    multiple=True,
+    type=click.Choice([str(w) for w in Workload]),
+    help="A workload to run (repeatable; default: all).",
+)
+@click.option(
+    "--fault",
+    "faults",
+    multiple=True,
+    type=click.Choice([str(f) for f in Fault] + [_NONE]),
+    help="A fault to inject (repeatable; default: every fault the deployment allows; 'none' for none).",
+)
+@click.option(
+    "--duration",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds the workloads run under faults (longer if needed for every chosen fault to fire once).",
+)
+@click.option("--seed", default=None, type=int, help="Seed of the fault plan and the workloads (default: random).")
+@click.option("--clients", default=2, show_default=True, type=click.IntRange(min=1), help="Client processes per role.")
+@click.option(
+    "--output",
+    default=None,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A new directory for the history, the verdict and the client logs (default: ./oncelog-verify/<time>-<seed>).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict and the run summary as JSON.")
+@click.pass_context
+def verify(
+    ctx: click.Context,
+    *,
+    workloads: tuple[str, ...],
+    faults: tuple[str, ...],
+    duration: float,
+    seed: int | None,
+    clients: int,
+    output: Path | None,
+    as_json: bool,
+) -> None:
+    """Check exactly-once semantics on this deployment under faults (exit status 1 on any anomaly)."""
+    obj: CliContext = ctx.obj
+    managed = obj.database_url is None
+    chosen, skipped = resolve_faults(faults, managed=managed)
+    # With --json, stdout holds the JSON only; progress goes to stderr.
+    console = Console(stderr=as_json)
+    if skipped:
+        console.print(
+            f"skipping {', '.join(str(f) for f in skipped)}: the server of ONCELOG_DATABASE_URL is not managed "
+            "by oncelog, so it is not restarted",
+            soft_wrap=True,
+        )
+    seed = secrets.randbelow(2**31) if seed is None else seed
+    output = output or Path("oncelog-verify") / f"{time.strftime('%Y%m%d-%H%M%S')}-{seed}"
+    output.mkdir(parents=True, exist_ok=True)
+    with console.status("starting the database..."):
+        at, want = migrate.current(obj.engine(), schema=obj.schema), migrate.head()
+        url = obj.url()
+    if at != want:
+        raise SchemaNotReadyError(
+            f"schema {obj.schema!r} is at revision {at or 'none'}, oncelog needs {want}: run `oncelog db upgrade`"
+        )
+    config = runner.RunConfig(
+        database_url=url,
+        output=output,
+        workloads=[Workload(w) for w in dict.fromkeys(workloads)] or list(Workload),
+        faults=chosen,
+        duration=duration,
+        seed=seed,
+        clients=clients,
+        schema=obj.schema,
+        server=obj.embedded if managed else None,
+        progress=lambda line: console.print(f"[dim]{escape(line)}[/]", soft_wrap=True),
+    )
+    console.print(
+        f"[bold]oncelog verify[/]: workloads {', '.join(str(w) for w in config.workloads)}; "
+        f"faults {', '.join(str(f) for f in chosen) or 'none'}; seed {seed}; output {output}",
+        soft_wrap=True,
+    )
+    report = runner.verify(config)
+    if as_json:
+        click.echo(json.dumps({"verdict": verdict_to_json(report.verdict), "run": report.summary}, indent=2))
+    else:
+        _render_run(report.summary, console)
+        render_verdict(report.verdict, console)
+        console.print(f"history, verdict and client logs: {output}")
+    if not report.verdict.ok:
+        ctx.exit(1)
+
+
+def _render_run(summary: dict[str, object], console: Console) -> None:
+    faults = summary.get("faults")
+    if isinstance(faults, dict) and faults:
+        table = Table(title="Faults injected")
+        table.add_column("fault")
+        table.add_column("windows", justify="right")
+        table.add_column("fired", justify="right")
+        for name, counts in sorted(faults.items()):
+            table.add_row(escape(str(name)), str(counts.get("windows", 0)), str(counts.get("fired", 0)))
+        console.print(table)
+    clients = summary.get("clients")
+    crashes = clients.get("crashes") if isinstance(clients, dict) else None
+    if crashes:
+        console.print(f"[yellow]{len(crashes)} client process(es) exited on their own and were restarted[/]")
+        for crash in crashes:
+            console.print(f"  {escape(str(crash.get('name')))}: exit {crash.get('returncode')}")
+    if summary.get("caught_up") is False:
+        console.print("[yellow]the final read_committed consumer did not reach the end of every topic in time[/]")

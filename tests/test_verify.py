@@ -1,0 +1,364 @@
+"""``oncelog verify``: short seeded runs of every workload under every fault kind, the command end
+to end, and broken environments that the verdict must catch.
+
+Every run asserts that its verdict is valid AND that each chosen fault really took effect (the
+runner's summary counts what fired; the history holds one ``nemesis`` op per window). Server
+restarts run on a private embedded server of the test's own, never on the session's shared one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from oncelog.embedded import EmbeddedPostgres, find_server_binaries
+from oncelog.errors import ConfigurationError, ServerBinariesNotFoundError
+from oncelog.store import create_engine, migrate
+from oncelog.verify.faults import SERVER_FAULTS, Fault, FaultProxy, plan_faults
+from oncelog.verify.history import OpType
+from oncelog.verify.runner import RunConfig, RunInfo, RunReport, verify
+from oncelog.verify.workloads import ClientSpec, Role, Workload
+
+#: Seconds of faults per run; a run lasts until each chosen fault has had a window, then stops.
+SHORT = 3.0
+SEED = 20240607
+
+
+def config(url: str, output: Path, **values: Any) -> RunConfig:
+    """A short run with one client per role."""
+    defaults: dict[str, Any] = {"duration": SHORT, "seed": SEED, "clients": 1}
+    return RunConfig(database_url=url, output=output, **(defaults | values))
+
+
+def explain(report: RunReport) -> str:
+    """The anomalies and crashes, for an assertion message."""
+    lines = [f"{a.kind}: {a.message}" for a in report.verdict.anomalies[:20]]
+    lines += [f"crash {c['name']} ({c['returncode']}):\n{c['log_tail']}" for c in report.summary["clients"]["crashes"]]
+    return "\n".join(lines)
+
+
+def assert_valid(report: RunReport, faults: list[Fault]) -> None:
+    """A valid verdict, no client crashed, the reader caught up, and every fault fired."""
+    assert report.verdict.ok, explain(report)
+    assert report.summary["clients"]["crashes"] == [], explain(report)
+    assert report.summary["caught_up"]
+    for fault in faults:
+        counts = report.summary["faults"][str(fault)]
+        assert counts["fired"] >= 1, (fault, report.summary["fault_events"])
+        assert report.verdict.summary[f"ops.{fault}.info"] >= 1, fault
+    out = report.info.output
+    assert {p.name for p in out.iterdir()} >= {"history.jsonl", "verdict.json", "summary.json", "processes", "logs"}
+    assert json.loads((out / "verdict.json").read_text())["valid"] is True
+
+
+def assert_every_workload_ran(report: RunReport) -> None:
+    s = report.verdict.summary
+    assert s["ops.send.ok"] > 0 and s["ops.txn.ok"] > 0 and s["ops.txn.fail"] > 0, s
+    assert s["ops.copy.ok"] > 0 and s["copies.committed"] > 0, s
+    assert s["reads.read_committed"] > 0 and s["reads.read_uncommitted"] > 0, s
+    assert s["log.aborted"] > 0 and s["log.control"] > 0, s
+
+
+# --- the plan and the specs, without a database ---------------------------------------------------
+
+
+def test_the_plan_is_seeded_and_has_every_fault() -> None:
+    faults = list(Fault)
+    plan = plan_faults(faults, duration=2.0, seed=7)
+    assert plan == plan_faults(reversed(faults), duration=2.0, seed=7)
+    assert plan != plan_faults(faults, duration=2.0, seed=8)
+    # A duration shorter than one round still plays every fault once; a long one plays rounds.
+    assert sorted(w.fault for w in plan) == sorted(faults)
+    longer = plan_faults(faults, duration=120.0, seed=7)
+    assert len(longer) > 2 * len(faults) and {w.fault for w in longer} == set(faults)
+    for earlier, later in itertools.pairwise(longer):
+        assert earlier.at + earlier.duration < later.at  # one window at a time
+    assert plan_faults([], duration=60.0, seed=7) == []
+
+
+def test_a_client_spec_crosses_the_command_line() -> None:
+    spec = ClientSpec(
+        role=Role.COPIER,
+        name="copy1",
+        identity="verify-x-copy1",
+        incarnation=1,
+        url="postgresql://u@127.0.0.1:1/db",
+        schema="oncelog",
+        history="/tmp/copy1.jsonl",
+        seed=3,
+        partitions=2,
+        read_topics=("a", "b"),
+        group="g",
+    )
+    assert ClientSpec.from_json(spec.to_json()) == spec
+    again = spec.incarnate("copy1.r2", 2, Path("/tmp/copy1.r2.jsonl"))
+    assert (again.name, again.incarnation, again.identity, again.role) == ("copy1.r2", 2, spec.identity, Role.COPIER)
+
+
+def test_the_proxy_follows_a_server_that_moved(server_url: str) -> None:
+    """A restarted server may come back on another port: new connections follow it."""
+    url = make_url(server_url)
+    assert url.host is not None and url.port is not None
+    with FaultProxy(url.host, _free_port(), allow_remote=True) as proxy:
+        through = proxy.url_for(server_url)
+        with pytest.raises(psycopg.OperationalError):
+            psycopg.connect(through, connect_timeout=10).close()
+        proxy.set_upstream(url.host, url.port)
+        assert proxy.upstream == (url.host, url.port)
+        with psycopg.connect(through, connect_timeout=10) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    with pytest.raises(ValueError, match="loopback"):
+        FaultProxy("127.0.0.1", 1).set_upstream("db.example.com", 5432)
+    FaultProxy("db.example.com", 5432, allow_remote=True).close()  # a user's remote server: allowed
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# --- runs -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_network_faults_on_every_workload(db_url: str, tmp_path: Path) -> None:
+    """Requests cut before the server sees them, replies cut after it committed, and stalls, on
+    idempotent and transactional producers, copiers and both kinds of consumers."""
+    faults = [Fault.CUT_BEFORE, Fault.CUT_AFTER, Fault.STALL]
+    report = verify(config(db_url, tmp_path / "run", faults=faults))
+    assert_valid(report, faults)
+    assert_every_workload_ran(report)
+    cut = report.summary["faults"]
+    assert cut["cut-before"]["fired"] + cut["cut-after"]["fired"] >= 2
+
+
+@pytest.mark.timeout(300)
+def test_killed_and_paused_clients_and_a_hanging_transaction(db_url: str, tmp_path: Path) -> None:
+    """SIGKILL (a new incarnation takes over), SIGSTOP/SIGCONT, and a transaction left open past
+    its timeout that readers must abort to move on."""
+    faults = [Fault.KILL, Fault.PAUSE, Fault.HANGING_TXN]
+    report = verify(config(db_url, tmp_path / "run", faults=faults, duration=6.0))
+    assert_valid(report, faults)
+    assert_every_workload_ran(report)
+    processes = report.summary["clients"]["processes"]
+    assert any(".r2" in name for name in processes), processes  # the killed one came back renamed
+    hung = [op for op in report.history if op.process.startswith("hang") and op.f == "txn"]
+    assert [op.type for op in hung][:2] == [OpType.INVOKE, OpType.FAIL], hung
+
+
+@pytest.fixture
+def private_server() -> Iterator[EmbeddedPostgres]:
+    """A durable embedded server of this test's own, which the nemesis may crash and restart
+    (fsync on: an immediate shutdown must not lose an acknowledged commit)."""
+    # Not under pytest's tmp folder: under root that folder is closed to the postgres user.
+    server = EmbeddedPostgres(tempfile.mkdtemp(prefix="oncelog-verify-"), durable=True)
+    try:
+        url = server.start()
+    except ServerBinariesNotFoundError as exc:
+        pytest.skip(str(exc))
+    engine = create_engine(url)
+    try:
+        migrate.upgrade(engine)
+    finally:
+        engine.dispose()
+    yield server
+    server.destroy()
+    shutil.rmtree(server.data_dir, ignore_errors=True)
+
+
+@pytest.mark.timeout(300)
+def test_server_crash_and_fast_restarts(private_server: EmbeddedPostgres, tmp_path: Path) -> None:
+    """The server stopped with an immediate shutdown (crash recovery at start) and with a fast
+    shutdown, under every workload."""
+    faults = [Fault.RESTART_CRASH, Fault.RESTART_FAST]
+    report = verify(config(private_server.url(), tmp_path / "run", faults=faults, server=private_server))
+    assert_valid(report, faults)
+    assert_every_workload_ran(report)
+    assert private_server.status().running
+
+
+@pytest.mark.timeout(300)
+def test_consumers_alone_bring_transactional_writers(db_url: str, tmp_path: Path) -> None:
+    report = verify(config(db_url, tmp_path / "run", workloads=[Workload.CONSUMERS], faults=[Fault.STALL]))
+    assert_valid(report, [Fault.STALL])
+    assert set(report.info.topics) == {"transactional"}
+    s = report.verdict.summary
+    assert s["ops.txn.ok"] > 0 and s["reads.read_committed"] > 0 and s["reads.read_uncommitted"] > 0, s
+
+
+def test_bad_configurations_are_refused(db_url: str, tmp_path: Path) -> None:
+    # Server restarts need a server the runner manages.
+    with pytest.raises(ConfigurationError, match="restart"):
+        verify(config(db_url, tmp_path / "run", faults=[Fault.RESTART_CRASH]))
+    # The history files of two runs must never mix.
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "history.jsonl").write_text("")
+    with pytest.raises(ConfigurationError, match="not empty"):
+        verify(config(db_url, tmp_path / "used"))
+
+
+# --- a broken environment ------------------------------------------------------------------------
+
+
+def delete_one_record(url: str, topic: str) -> tuple[int, int] | None:
+    """As the table owner, delete the first data record of ``topic``: the kind of damage the
+    checker exists to catch. Returns its (partition, offset), None if there was none yet."""
+    engine = create_engine(url, poolclass=sa.NullPool)
+    try:
+        with engine.begin() as conn:
+            row = conn.execute(
+                sa.text(
+                    'DELETE FROM records WHERE (topic_id, partition, "offset") = ('
+                    ' SELECT r.topic_id, r.partition, r."offset" FROM records r JOIN topics t USING (topic_id)'
+                    ' WHERE t.name = :topic AND r.control_type IS NULL ORDER BY r."offset", r.partition LIMIT 1)'
+                    ' RETURNING partition, "offset"'
+                ),
+                {"topic": topic},
+            ).one_or_none()
+    finally:
+        engine.dispose()
+    return None if row is None else (int(row[0]), int(row[1]))
+
+
+@pytest.mark.timeout(300)
+def test_a_deleted_record_makes_the_verdict_invalid(db_url: str, tmp_path: Path) -> None:
+    deleted: list[tuple[int, int] | None] = []
+
+    def damage(info: RunInfo) -> None:
+        deleted.append(delete_one_record(info.database_url, info.topics["idempotent"]))
+
+    report = verify(
+        config(
+            db_url,
+            tmp_path / "run",
+            workloads=[Workload.IDEMPOTENT, Workload.CONSUMERS],
+            duration=1.0,
+            before_final=damage,
+        )
+    )
+    assert deleted and deleted[0] is not None
+    assert not report.verdict.ok
+    assert "lost_write" in report.verdict.by_kind(), report.verdict.by_kind()
+    assert json.loads((tmp_path / "run" / "verdict.json").read_text())["valid"] is False
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+def oncelog(*args: str, url: str | None = None, dev_db_dir: str | None = None) -> subprocess.Popen[str]:
+    """``oncelog verify ARGS`` as a user runs it, on the server of ``url`` or the embedded default."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ONCELOG_")}
+    if url is not None:
+        env["ONCELOG_DATABASE_URL"] = url
+    if dev_db_dir is not None:
+        env["ONCELOG_DEV_DB_DIR"] = dev_db_dir
+    return subprocess.Popen(
+        [sys.executable, "-m", "oncelog", "verify", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+@pytest.mark.timeout(300)
+def test_the_command_end_to_end(db_url: str, tmp_path: Path) -> None:
+    """Every workload and every fault the deployment allows (a database URL: no restarts), JSON out."""
+    proc = oncelog("--duration", "2", "--clients", "1", "--seed", "5", "--output", str(tmp_path), "--json", url=db_url)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    result = json.loads(out)
+    assert result["verdict"]["valid"] is True, result["verdict"]["anomalies"][:5]
+    assert "skipping restart-crash, restart-fast" in " ".join(err.split())
+    allowed = {str(f) for f in Fault if f not in SERVER_FAULTS}
+    assert set(result["run"]["faults_selected"]) == allowed
+    assert {f for f, counts in result["run"]["faults"].items() if counts["fired"] >= 1} == allowed
+    assert set(result["run"]["workloads"]) == {str(w) for w in Workload}
+    assert (tmp_path / "history.jsonl").stat().st_size > 0
+    assert json.loads((tmp_path / "summary.json").read_text())["run_id"] == result["run"]["run_id"]
+
+
+@pytest.mark.timeout(300)
+def test_the_command_restarts_the_embedded_default(tmp_path: Path) -> None:
+    """Without a database URL the command runs on the embedded cluster it manages, so it may
+    crash and restart it."""
+    try:
+        find_server_binaries()
+    except ServerBinariesNotFoundError as exc:
+        pytest.skip(str(exc))
+    dev_db_dir = tempfile.mkdtemp(prefix="oncelog-verify-dev-")
+    try:
+        proc = oncelog(
+            "--workload", "transactional", "--fault", "restart-crash", "--duration", "1", "--clients", "1",
+            "--output", str(tmp_path), "--json", dev_db_dir=dev_db_dir,
+        )  # fmt: skip
+        out, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err
+        result = json.loads(out)
+        assert result["verdict"]["valid"] is True, result["verdict"]["anomalies"][:5]
+        assert result["run"]["faults"]["restart-crash"]["fired"] >= 1
+        assert EmbeddedPostgres(dev_db_dir).status().running
+    finally:
+        EmbeddedPostgres(dev_db_dir).destroy()
+        shutil.rmtree(dev_db_dir, ignore_errors=True)
+
+
+def test_the_command_refuses_restarts_on_a_server_it_does_not_manage(tmp_path: Path) -> None:
+    proc = oncelog("--fault", "restart-crash", "--output", str(tmp_path), url="postgresql://u@127.0.0.1:1/db")
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "restart-crash restarts the PostgreSQL server" in " ".join(err.split())
+
+
+@pytest.mark.timeout(300)
+def test_the_command_fails_when_the_log_is_tampered_with(db_url: str, tmp_path: Path) -> None:
+    """Someone deletes a committed record behind the clients' back: exit status 1, invalid verdict."""
+    proc = oncelog(
+        "--workload", "idempotent", "--workload", "consumers", "--fault", "none", "--duration", "3",
+        "--clients", "1", "--output", str(tmp_path), "--json", url=db_url,
+    )  # fmt: skip
+    deleted: list[tuple[int, int]] = []
+    engine = create_engine(db_url, poolclass=sa.NullPool)
+
+    def tamper() -> None:
+        # Once the run's topic holds a few records, delete the first one.
+        while proc.poll() is None and not deleted:
+            with engine.connect() as conn:
+                topic = conn.execute(
+                    sa.text(
+                        "SELECT t.name FROM topics t JOIN partition_offsets o ON o.topic = t.name "
+                        "WHERE t.name LIKE 'verify-%-idempotent' GROUP BY t.name HAVING sum(o.high_watermark) > 20"
+                    )
+                ).scalar_one_or_none()
+            if topic is not None and (where := delete_one_record(db_url, topic)) is not None:
+                deleted.append(where)
+            threading.Event().wait(0.1)
+
+    thread = threading.Thread(target=tamper, daemon=True)
+    thread.start()
+    try:
+        out, err = proc.communicate(timeout=240)
+    finally:
+        thread.join(30)
+        engine.dispose()
+    assert deleted, err
+    assert proc.returncode == 1, err
+    verdict = json.loads(out)["verdict"]
+    assert verdict["valid"] is False
+    assert "lost_write" in verdict["counts"], verdict["counts"]
