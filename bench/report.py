@@ -1,0 +1,1325 @@
+"""The benchmark report: every figure of the four benchmarks beside its raw-PostgreSQL baseline and the ratio,
+plots, the machine and the run, and a headline table held against the issue's targets.
+
+    .venv/bin/python -m bench.report --results bench/results --out docs/bench [--update-readme [README]]
+
+Reads ``<results>/{produce,transactions,pipeline,spark}.json`` (what ``bench/run`` writes) and writes
+``<out>/report.md`` with its PNG plots beside it (matplotlib, Agg, no display needed). A benchmark without
+results is reported as such, never fatal: ``bench/run`` leaves ``<name>.failed`` (its exit status and the
+end of its stderr) or ``<name>.skipped`` in place of the JSON. With ``--update-readme`` the README's block
+between the ``bench:headline`` markers becomes the headline table, when all four benchmarks have results
+and none comes from a ``--quick`` run (those numbers measure nothing, so they never reach the README).
+
+The report is a pure function of the JSON: rendering the same results again writes the same files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS: dict[str, str] = {
+    "produce": "produce throughput and latency (bench/produce.py)",
+    "transactions": "transactions, commit latency, reads (bench/transactions.py)",
+    "pipeline": "consume-transform-produce, wake-up, NOTIFY (bench/pipeline.py)",
+    "spark": "Spark reads and the exactly-once Spark pipeline (bench/spark.py)",
+}
+START_MARKER = "<!-- bench:headline:start -->"
+END_MARKER = "<!-- bench:headline:end -->"
+
+# The issue's targets. The benchmarks record theirs in their JSON headline (preferred when present);
+# these are the fallbacks, for results written before a benchmark recorded its target.
+PRODUCE_TARGET = 0.5
+TXN_TARGET = 0.9
+READ_TARGET = 0.7
+SPARK_TARGET = 0.8
+
+ORACLE = "raw PostgreSQL baseline (same run)"
+
+# Titles of the rows the benchmarks measure, in the order the benchmarks report them.
+READ_TITLES = {
+    "raw": "raw SELECT, binary (baseline)",
+    "raw_text": "raw SELECT, text format (diagnostic)",
+    "fetch_v3": "fetch_v3 SQL function, rows as tuples (diagnostic)",
+    "fetch_rc": "store.log.fetch_many, read_committed",
+    "fetch_ru": "store.log.fetch_many, read_uncommitted",
+    "consumer_rc": "Consumer.poll, read_committed",
+    "consumer_ru": "Consumer.poll, read_uncommitted",
+}
+#: Commit-latency cases and the raw statement each is held against: an EndTxn alone is one round trip
+#: and one commit (a single-row INSERT); a commit that still writes 10 records is held against a 10-row INSERT.
+COMMIT_CASES = {
+    "empty": ("commit_transaction, empty transaction (EndTxn only)", "raw_one"),
+    "ten_flushed": ("commit_transaction, 10 records already flushed (EndTxn only)", "raw_one"),
+    "ten_1p": ("commit_transaction, 10 records lingering, 1 partition", "raw_ten"),
+    "ten_4p": ("commit_transaction, 10 records lingering, 4 partitions", "raw_ten"),
+}
+RAW_COMMIT = {"raw_one": "single-row INSERT", "raw_ten": "10-row INSERT"}
+PRODUCE_LATENCY = {
+    "producer": "Producer (linger_ms=0): send + wait for the future",
+    "store": "store.log.produce, 1 record, autocommit",
+}
+NOTIFY_MODES = {
+    "plain": "INSERT",
+    "notify": "INSERT + NOTIFY, no listener",
+    "notify_listened": "INSERT + NOTIFY, 1 listening session",
+}
+
+# Errors a result of an unexpected shape (an older benchmark, a hand-edited file) raises while rendered:
+# the section says so, the rest of the report is still written.
+SHAPE_ERRORS = (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError)
+
+
+# --- loading ------------------------------------------------------------------------------------
+
+
+Status = Literal["ok", "failed", "skipped", "missing", "unreadable"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one benchmark left in the results folder: its JSON, or why there is none."""
+
+    name: str
+    status: Status
+    result: dict[str, Any] | None = None
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and self.result is not None
+
+    @property
+    def quick(self) -> bool:
+        return bool(self.ok and self.result and self.result.get("quick"))
+
+    def why(self) -> str:
+        """Why the benchmark has no figures, in a phrase (empty when it has them)."""
+        if self.ok:
+            return ""
+        what = {
+            "failed": "failed",
+            "skipped": "was skipped",
+            "missing": "has no results",
+            "unreadable": "left unreadable results",
+        }[self.status]
+        return f"the {self.name} benchmark {what}" + (f" ({self.detail})" if self.detail else "")
+
+
+def load_outcome(results: Path, name: str) -> Outcome:
+    """Read ``<name>.json``; without it, the ``.failed`` or ``.skipped`` note ``bench/run`` leaves."""
+    path = results / f"{name}.json"
+    if path.exists():
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            return Outcome(name, "unreadable", detail=f"{path.name}: {exc}")
+        if not isinstance(data, dict):
+            return Outcome(name, "unreadable", detail=f"{path.name}: not a JSON object")
+        return Outcome(name, "ok", data)
+    failed = results / f"{name}.failed"
+    if failed.exists():
+        lines = [line.strip() for line in failed.read_text(errors="replace").splitlines() if line.strip()]
+        # First line: "exit N" (bench/run); the last line of the stderr tail is usually the exception.
+        detail = lines[0] if lines else "no details"
+        if len(lines) > 1:
+            detail += f": {lines[-1]}"
+        return Outcome(name, "failed", detail=_clip(detail, 300))
+    skipped = results / f"{name}.skipped"
+    if skipped.exists():
+        return Outcome(name, "skipped", detail=_clip(skipped.read_text(errors="replace").strip(), 300))
+    return Outcome(name, "missing", detail=f"no {path.name} in {results}")
+
+
+def load_outcomes(results: Path) -> dict[str, Outcome]:
+    return {name: load_outcome(results, name) for name in BENCHMARKS}
+
+
+def _clip(text: str, n: int) -> str:
+    text = " ".join(text.split()).replace("|", "/")  # one line, and no table-breaking pipes
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+# --- numbers ------------------------------------------------------------------------------------
+
+
+def compact(x: float) -> str:
+    """A rate in three significant figures or so: 189k, 11.9k, 946, 1.23M."""
+    if x >= 1e6:
+        return f"{x / 1e6:.2f}M"
+    if x >= 1e5:
+        return f"{x / 1e3:.0f}k"
+    if x >= 1e3:
+        return f"{x / 1e3:.1f}k"
+    if x >= 10:
+        return f"{x:.0f}"
+    return f"{x:.2g}"
+
+
+def ms(x: float) -> str:
+    """Milliseconds with precision that matches their size."""
+    if abs(x) < 10:
+        return f"{x:.2f}"
+    if abs(x) < 100:
+        return f"{x:.1f}"
+    return f"{x:.0f}"
+
+
+def times(value: float, baseline: float) -> str:
+    """A latency against its baseline: how many times the baseline's time (lower is better)."""
+    if baseline <= 0:
+        return "-"
+    r = value / baseline
+    return f"{r:.1f}x" if r < 10 else f"{r:.0f}x"
+
+
+def ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def verdict(value: float | None, target: float | None, missing: str = "") -> str:
+    """met / not met against a ``>=`` target; '' for a figure without a target; 'not measured' when missing."""
+    if missing:
+        return "not measured"
+    if target is None:
+        return ""  # a figure reported for what it is, held to no target
+    if value is None:
+        return "not measured"
+    return "met" if value >= target else "not met"
+
+
+def _span(values: Sequence[float], fmt: Callable[[float], str]) -> str:
+    lo, hi = min(values), max(values)
+    return fmt(lo) if fmt(lo) == fmt(hi) else f"{fmt(lo)}-{fmt(hi)}"
+
+
+def _size(value_size: int) -> str:
+    return "1KiB" if value_size == 1024 else f"{value_size}B"
+
+
+def _when(result: dict[str, Any]) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(result["when"]))
+    except (KeyError, ValueError):
+        return None
+
+
+# --- headline -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Headline:
+    """One row of the headline table: a figure, its baseline, the ratio, and the target it is held to."""
+
+    what: str
+    oncelog: str = ""
+    baseline: str = ""
+    ratio: str = ""
+    target: float | None = None
+    #: The figure held against the target (the lowest ratio when the row shows several).
+    value: float | None = None
+    #: Why the row has no figures (a benchmark failed, was skipped, or a reader made no progress).
+    missing: str = ""
+    #: A short name for the summary line.
+    name: str = ""
+    #: The row shows several cases' ratios and the target holds for the lowest.
+    several: bool = False
+
+    @property
+    def status(self) -> str:
+        return verdict(self.value, self.target, self.missing)
+
+    def target_cell(self) -> str:
+        status = self.status
+        if status == "not measured":
+            return f"not measured: {self.missing}" if self.missing else "not measured"
+        if self.target is None:
+            return ""
+        return f">= {self.target:g}{' (lowest)' if self.several else ''}: **{status}**"
+
+
+def produce_headlines(res: dict[str, Any]) -> list[Headline]:
+    cases = [c for c in res["cases"] if c["batch"] == 1000]
+    target = (res.get("headline") or {}).get("target", PRODUCE_TARGET)
+    rows: list[Headline] = []
+    if cases:
+        names = ", ".join(f"{_size(c['value_size'])}/{c['partitions']}p" for c in cases)
+        rows += [
+            Headline(
+                f"idempotent produce, 1000-record batches (store call): {names}",
+                ", ".join(compact(c["store"]["records_per_s"]) for c in cases) + " records/s",
+                "binary COPY " + ", ".join(compact(c["raw"]["records_per_s"]) for c in cases),
+                ", ".join(ratio(c["ratio_store"]) for c in cases),
+                target,
+                min(c["ratio_store"] for c in cases),
+                name="idempotent produce at 1000-record batches",
+                several=len(cases) > 1,
+            ),
+            Headline(
+                "same through the Producer API",
+                _span([c["producer"]["records_per_s"] for c in cases], compact) + " records/s",
+                "binary COPY (as above)",
+                _span([c["ratio_producer"] for c in cases], ratio),
+                name="the Producer API",
+            ),
+        ]
+    else:
+        rows.append(Headline("idempotent produce, 1000-record batches", missing="no 1000-record case in the results"))
+    lat = res.get("latency")
+    if lat:
+        p, r = lat["producer"], lat["raw"]
+        rows.append(
+            Headline(
+                "single-record produce latency p50 / p99 (Producer, linger 0)",
+                f"{ms(p['p50_ms'])} / {ms(p['p99_ms'])} ms",
+                f"{ms(r['p50_ms'])} / {ms(r['p99_ms'])} ms (INSERT)",
+                f"{times(p['p50_ms'], r['p50_ms'])} / {times(p['p99_ms'], r['p99_ms'])}",
+                name="produce latency",
+            )
+        )
+    return rows
+
+
+def transactions_headlines(res: dict[str, Any]) -> list[Headline]:
+    h = res.get("headline") or {}
+    rows: list[Headline] = []
+    cases = sorted((c for c in res["throughput"] if c["txn_size"] == 1000), key=lambda c: c["partitions"])
+    if cases:
+        rows.append(
+            Headline(
+                "transactions of 1000 records vs the idempotent producer, "
+                + " / ".join(str(c["partitions"]) for c in cases)
+                + " partition(s)",
+                " / ".join(compact(c["transactional"]["records_per_s"]) for c in cases) + " records/s",
+                "idempotent " + " / ".join(compact(c["idempotent"]["records_per_s"]) for c in cases),
+                " / ".join(ratio(c["ratio"]) for c in cases),
+                h.get("txn_target", TXN_TARGET),
+                min(c["ratio"] for c in cases),
+                name="transactional throughput at 1000 records per transaction",
+                several=len(cases) > 1,
+            )
+        )
+    lat = res.get("commit_latency") or {}
+    if "ten_1p" in lat and "raw_ten" in lat:
+        c, r = lat["ten_1p"], lat["raw_ten"]
+        rows.append(
+            Headline(
+                "commit latency p50 / p99, 10 records in 1 partition (produce + EndTxn)",
+                f"{ms(c['p50_ms'])} / {ms(c['p99_ms'])} ms",
+                f"{ms(r['p50_ms'])} / {ms(r['p99_ms'])} ms (10-row INSERT)",
+                f"{times(c['p50_ms'], r['p50_ms'])} / {times(c['p99_ms'], r['p99_ms'])}",
+                name="commit latency",
+            )
+        )
+    readers = res["reads"]["readers"]
+    raw = readers.get("raw") or {}
+    target = h.get("read_target", READ_TARGET)
+    for key, title in (("fetch_rc", "store.log.fetch_many"), ("consumer_rc", "Consumer.poll")):
+        what = f"read_committed reads ({title}) vs raw binary SELECT"
+        r = readers.get(key)
+        if r is None:
+            continue
+        if "error" in r or "error" in raw:
+            error = r.get("error") or f"the raw reader: {raw.get('error')}"
+            rows.append(Headline(what, target=target, missing=_clip(f"no progress: {error}", 160), name=what))
+            continue
+        rows.append(
+            Headline(
+                what,
+                f"{compact(r['records_per_s'])} records/s",
+                f"{compact(raw['records_per_s'])} records/s",
+                ratio(r["ratio"]),
+                target,
+                r["ratio"],
+                name=f"read_committed reads through {title}",
+            )
+        )
+    return rows
+
+
+def pipeline_headlines(res: dict[str, Any]) -> list[Headline]:
+    rows: list[Headline] = []
+    cases = sorted(res["throughput"], key=lambda c: c["members"])
+    ok = [c for c in cases if "error" not in c]
+    stalled = [c for c in cases if "error" in c]
+    if ok:
+        rows.append(
+            Headline(
+                "consume-transform-produce, " + " / ".join(str(c["members"]) for c in ok) + " member(s)",
+                " / ".join(compact(c["records_per_s"]) for c in ok) + " records/s",
+                name="consume-transform-produce",
+            )
+        )
+    for c in stalled:
+        rows.append(
+            Headline(
+                f"consume-transform-produce, {c['members']} member(s)",
+                missing=_clip(f"stalled: {c['error']}", 160),
+            )
+        )
+    for r in res.get("latency") or []:
+        if r["members"] != 1:
+            continue  # the README's row; the report's latency section has every member count
+        what = "produce-to-output-visible latency p50 / p99, 1 member"
+        if "error" in r:
+            rows.append(Headline(what, missing=_clip(f"stalled: {r['error']}", 160)))
+        else:
+            rows.append(Headline(what, f"{ms(r['p50_ms'])} / {ms(r['p99_ms'])} ms", name="end-to-end latency"))
+    wake = res.get("wakeup") or {}
+    waiters, notify = wake.get("waiters") or {}, wake.get("notify")
+    if waiters and notify:
+        default = waiters.get("200") or next(iter(waiters.values()))
+        rows.append(
+            Headline(
+                "wake-up of a waiting read_committed consumer p50 / p99 (default backoff)",
+                f"{ms(default['p50_ms'])} / {ms(default['p99_ms'])} ms",
+                f"{ms(notify['p50_ms'])} / {ms(notify['p99_ms'])} ms (LISTEN/NOTIFY)",
+                f"{times(default['p50_ms'], notify['p50_ms'])} / {times(default['p99_ms'], notify['p99_ms'])}",
+                name="wake-up latency",
+            )
+        )
+    return rows
+
+
+def spark_headlines(res: dict[str, Any]) -> list[Headline]:
+    return [
+        Headline(
+            f"Spark: committed view vs raw JDBC read of the log table, {compact(res['records'])} records",
+            f"{compact(res['committed_rows_per_s'])} rows/s",
+            f"{compact(res['raw_rows_per_s'])} rows/s",
+            ratio(res["ratio"]),
+            res.get("ratio_target", SPARK_TARGET),
+            res["ratio"],
+            name="Spark reads through the committed view",
+        ),
+        Headline(
+            "Spark exactly-once pipeline, end to end",
+            f"{compact(res['pipeline_records_per_s'])} records/s",
+            name="the Spark pipeline",
+        ),
+    ]
+
+
+HEADLINES: dict[str, Callable[[dict[str, Any]], list[Headline]]] = {
+    "produce": produce_headlines,
+    "transactions": transactions_headlines,
+    "pipeline": pipeline_headlines,
+    "spark": spark_headlines,
+}
+#: What each benchmark's headline rows stand for, for the one row a benchmark without results gets.
+HEADLINE_PLACEHOLDERS = {
+    "produce": f"idempotent produce, 1000-record batches (target >= {PRODUCE_TARGET:g}), and produce latency",
+    "transactions": f"transactions of 1000 records (target >= {TXN_TARGET:g}), commit latency, read_committed "
+    f"reads (target >= {READ_TARGET:g})",
+    "pipeline": "consume-transform-produce rates and latency",
+    "spark": f"Spark: committed view vs raw JDBC (target >= {SPARK_TARGET:g}), Spark pipeline",
+}
+
+
+def headlines(outcomes: dict[str, Outcome]) -> list[Headline]:
+    """Every benchmark's headline rows; one 'not measured' row for a benchmark without usable results."""
+    rows: list[Headline] = []
+    for name, outcome in outcomes.items():
+        if not outcome.ok or outcome.result is None:
+            rows.append(Headline(HEADLINE_PLACEHOLDERS[name], missing=outcome.why()))
+            continue
+        try:
+            rows += HEADLINES[name](outcome.result)
+        except SHAPE_ERRORS as exc:
+            rows.append(
+                Headline(HEADLINE_PLACEHOLDERS[name], missing=f"unexpected {name}.json ({type(exc).__name__}: {exc})")
+            )
+    return rows
+
+
+def headline_table(rows: Sequence[Headline]) -> list[str]:
+    lines = [
+        f"| what | oncelog | {ORACLE} | ratio | target |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        lines.append(f"| {r.what} | {r.oncelog} | {r.baseline} | {r.ratio} | {r.target_cell()} |")
+    return lines
+
+
+def headline_summary(rows: Sequence[Headline]) -> str:
+    """One sentence: which targets are met, which are not, what could not be measured."""
+    met = [r for r in rows if r.target is not None and r.status == "met"]
+    unmet = [r for r in rows if r.target is not None and r.status == "not met"]
+    unmeasured = [r for r in rows if r.status == "not measured"]
+    parts = []
+    if met:
+        parts.append("Targets met: " + "; ".join(f"{r.name or r.what} ({r.value:.2f})" for r in met) + ".")
+    if unmet:
+        parts.append(
+            "Not met: " + "; ".join(f"{r.name or r.what} ({r.value:.2f}, target {r.target:g})" for r in unmet) + "."
+        )
+    if unmeasured:
+        parts.append("Not measured: " + "; ".join(r.what for r in unmeasured) + ".")
+    return " ".join(parts) or "No targets were measured."
+
+
+# --- the run and the machine --------------------------------------------------------------------
+
+
+def _server(res: dict[str, Any]) -> dict[str, Any] | None:
+    """The PostgreSQL a result was measured on (spark.json keeps it under "postgres", "server" is its target)."""
+    server = res.get("server")
+    if isinstance(server, dict):
+        return server
+    postgres = res.get("postgres")
+    if isinstance(postgres, dict):
+        return {**postgres, "target": server if isinstance(server, str) else None}
+    return None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (a field of an unexpected shape reads as absent)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _first(outcomes: dict[str, Outcome], pick: Callable[[dict[str, Any]], Any]) -> Any:
+    for outcome in outcomes.values():
+        if outcome.ok and outcome.result is not None:
+            value = pick(outcome.result)
+            if value:
+                return value
+    return None
+
+
+def _git(res: dict[str, Any]) -> str | None:
+    git = _dict(res.get("oncelog")).get("git")
+    return str(git) if git else None
+
+
+def run_span(outcomes: dict[str, Outcome]) -> str:
+    whens = sorted(w for o in outcomes.values() if o.ok and o.result and (w := _when(o.result)) is not None)
+    if not whens:
+        return "unknown date"
+    first, last = whens[0], whens[-1]
+    if first.date() == last.date():
+        return (
+            f"{first:%Y-%m-%d}, {first:%H:%M} to {last:%H:%M} UTC" if first != last else f"{first:%Y-%m-%d %H:%M} UTC"
+        )
+    return f"{first:%Y-%m-%d %H:%M} to {last:%Y-%m-%d %H:%M} UTC"
+
+
+def consistency_notes(outcomes: dict[str, Outcome]) -> list[str]:
+    """Where the results disagree about what was measured: they then come from different runs."""
+    probes: dict[str, Callable[[dict[str, Any]], Any]] = {
+        "commit": _git,
+        "PostgreSQL version": lambda r: (_server(r) or {}).get("version"),
+        "server": lambda r: (_server(r) or {}).get("target"),
+        "CPU count": lambda r: _dict(r.get("machine")).get("nproc"),
+        "--quick": lambda r: bool(r.get("quick")),
+    }
+    notes = []
+    for what, probe in probes.items():
+        seen: dict[str, Any] = {}
+        for name, outcome in outcomes.items():
+            if outcome.ok and outcome.result is not None:
+                value = probe(outcome.result)
+                if value is not None:
+                    seen[name] = value
+        if len(set(map(str, seen.values()))) > 1:
+            notes.append(
+                f"The results differ in {what} ("
+                + "; ".join(f"{name}: {value}" for name, value in seen.items())
+                + "): they come from different runs."
+            )
+    return notes
+
+
+def machine_lines(outcomes: dict[str, Outcome]) -> list[str]:
+    m = _dict(_first(outcomes, lambda r: _dict(r.get("machine"))))
+    s = _dict(_first(outcomes, _server))
+    head = _first(outcomes, lambda r: _dict(r.get("oncelog")).get("migration_head"))
+    settings = _dict(s.get("settings"))
+    usable = m.get("nproc_usable")
+    cpus = f"{m.get('nproc', '?')} CPUs" + (f" ({usable} usable)" if usable and usable != m.get("nproc") else "")
+    return [
+        f"- run: {run_span(outcomes)}; oncelog commit {_first(outcomes, _git) or 'unknown'}, "
+        f"migrations at {head or 'unknown'}",
+        f"- machine: {cpus}, {m.get('cpu') or 'CPU model unknown'}, {m.get('memory_gib', '?')} GiB RAM, "
+        f"{m.get('platform', 'OS unknown')}",
+        f"- Python {m.get('python', '?')}, psycopg {m.get('psycopg', '?')}, SQLAlchemy {m.get('sqlalchemy', '?')}",
+        f"- PostgreSQL {s.get('version', 'unknown')}"
+        + (": " + ", ".join(f"{k}={v}" for k, v in settings.items()) if settings else ""),
+        f"- server: {s.get('target') or 'unknown'}",
+    ]
+
+
+def machine_summary(outcomes: dict[str, Outcome]) -> str:
+    """The machine in a heading: CPUs, memory, OS, PostgreSQL and its durability, date and commit."""
+    m = _dict(_first(outcomes, lambda r: _dict(r.get("machine"))))
+    s = _dict(_first(outcomes, _server))
+    settings = _dict(s.get("settings"))
+    version = str(s.get("version", "?")).split(" ")[0]
+    durability = ", ".join(f"{k}={settings[k]}" for k in ("fsync", "synchronous_commit") if k in settings)
+    whens = sorted(w for o in outcomes.values() if o.ok and o.result and (w := _when(o.result)) is not None)
+    git = _first(outcomes, _git) or "unknown"
+    return (
+        f"{m.get('nproc', '?')} CPUs ({m.get('cpu') or '?'}), {m.get('memory_gib', '?')} GiB, "
+        f"{m.get('platform', '?')}; PostgreSQL {version}"
+        + (f", {durability}" if durability else "")
+        + (f"; {whens[-1]:%Y-%m-%d}" if whens else "")
+        + f", commit {git}"
+    )
+
+
+def status_table(outcomes: dict[str, Outcome]) -> list[str]:
+    lines = [
+        "| benchmark | status | finished | commit | seconds | load average, start / end |",
+        "|---|---|---|---|---:|---|",
+    ]
+    for name, o in outcomes.items():
+        if not o.ok or o.result is None:
+            lines.append(f"| {BENCHMARKS[name]} | **{o.status}**: {o.detail} | | | | |")
+            continue
+        r, m = o.result, _dict(o.result.get("machine"))
+        when = _when(r)
+        start, end = m.get("loadavg_start"), m.get("loadavg_end")
+        load = f"{start[0]} / {end[0]}" if isinstance(start, list) and isinstance(end, list) and start and end else ""
+        status = "ok, --quick" if r.get("quick") else "ok"
+        lines.append(
+            f"| {BENCHMARKS[name]} | {status} | {f'{when:%Y-%m-%d %H:%M} UTC' if when else ''} "
+            f"| {_git(r) or ''} | {r.get('seconds', '')} | {load} |"
+        )
+    return lines
+
+
+# --- the sections -------------------------------------------------------------------------------
+
+
+def _guard(title: str, render: Callable[[], list[str]]) -> list[str]:
+    try:
+        return render()
+    except SHAPE_ERRORS as exc:
+        return [f"_Could not render {title} from the results ({type(exc).__name__}: {exc})._", ""]
+
+
+def produce_throughput_section(res: dict[str, Any]) -> list[str]:
+    lines = [
+        "| case | store.log.produce records/s | Producer records/s | raw binary COPY records/s (baseline) "
+        "| ratio store / raw | ratio Producer / raw |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for c in res["cases"]:
+        lines.append(
+            f"| {c['label']} | {c['store']['records_per_s']:,.0f} | {c['producer']['records_per_s']:,.0f} "
+            f"| {c['raw']['records_per_s']:,.0f} | {ratio(c['ratio_store'])} | {ratio(c['ratio_producer'])} |"
+        )
+    lines += [
+        "",
+        "raw: the same rows written with binary COPY into a plain table with the same columns and primary key, "
+        "one commit per batch. Ratios: the median of the per-run ratios (raw and oncelog back to back, "
+        f"{res.get('repeat', '?')} run(s)).",
+        "",
+    ]
+    return lines
+
+
+def produce_latency_section(res: dict[str, Any]) -> list[str]:
+    lat = res["latency"]
+    raw = lat["raw"]
+    lines = [
+        "Single-record produce, one record in flight (100 B values, 1 partition):",
+        "",
+        "| path | samples | p50 ms | p99 ms | max ms | raw INSERT p50 / p99 ms (baseline) | p50 vs raw | p99 vs raw |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for key, title in PRODUCE_LATENCY.items():
+        r = lat[key]
+        lines.append(
+            f"| {title} | {r['samples']} | {ms(r['p50_ms'])} | {ms(r['p99_ms'])} | {ms(r['max_ms'])} "
+            f"| {ms(raw['p50_ms'])} / {ms(raw['p99_ms'])} | {times(r['p50_ms'], raw['p50_ms'])} "
+            f"| {times(r['p99_ms'], raw['p99_ms'])} |"
+        )
+    lines += [
+        f"| raw: single-row INSERT, autocommit (the baseline) | {raw['samples']} | {ms(raw['p50_ms'])} "
+        f"| {ms(raw['p99_ms'])} | {ms(raw['max_ms'])} | | 1.0x | 1.0x |",
+        "",
+    ]
+    return lines
+
+
+def txn_throughput_section(res: dict[str, Any]) -> list[str]:
+    lines = [
+        "| partitions | records per transaction | transactions/s | records/s | idempotent records/s (baseline) "
+        "| ratio txn / idempotent | idempotent, flush every N: records/s | ratio txn / flushed "
+        "| commit_transaction avg ms |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in res["throughput"]:
+        t = c["transactional"]
+        lines.append(
+            f"| {c['partitions']} | {c['txn_size']:,} | {t['transactions_per_s']:,.1f} | {t['records_per_s']:,.0f} "
+            f"| {c['idempotent']['records_per_s']:,.0f} | {ratio(c['ratio'])} "
+            f"| {c['idempotent_flushed']['records_per_s']:,.0f} | {ratio(c['ratio_flushed'])} "
+            f"| {t['commit_ms_avg']:.2f} |"
+        )
+    pc = res.get("producer_config") or {}
+    lines += [
+        "",
+        "The baseline is the idempotent Producer with the same settings"
+        + (f" (linger_ms={pc['linger_ms']}, batch_size={pc['batch_size']})" if pc else "")
+        + ", free-running; 'flush every N' flushes where the transactions commit, so its ratio is the price of "
+        "the transaction protocol alone (EndTxn, markers, coordinator checks).",
+        "",
+    ]
+    return lines
+
+
+def commit_latency_section(res: dict[str, Any]) -> list[str]:
+    lat = res["commit_latency"]
+    lines = [
+        "Commit latency, one transaction in flight, the cases interleaved sample by sample:",
+        "",
+        "| what is timed | samples | p50 ms | p99 ms | max ms | baseline | baseline p50 / p99 ms "
+        "| p50 vs baseline | p99 vs baseline |",
+        "|---|---:|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    for key, (title, base_key) in COMMIT_CASES.items():
+        if key not in lat:
+            continue
+        r, b = lat[key], lat[base_key]
+        lines.append(
+            f"| {title} | {r['samples']} | {ms(r['p50_ms'])} | {ms(r['p99_ms'])} | {ms(r['max_ms'])} "
+            f"| {RAW_COMMIT[base_key]} | {ms(b['p50_ms'])} / {ms(b['p99_ms'])} "
+            f"| {times(r['p50_ms'], b['p50_ms'])} | {times(r['p99_ms'], b['p99_ms'])} |"
+        )
+    lines += [
+        "",
+        "Baselines: raw INSERTs in autocommit, one round trip and one commit each (single-row for an EndTxn "
+        "alone, 10 rows for a commit that still writes its 10 records).",
+        "",
+    ]
+    return lines
+
+
+def pipeline_latency_section(res: dict[str, Any]) -> list[str]:
+    lines = [
+        "Consume-transform-produce, end to end (producer send to visible on the output, read_committed):",
+        "",
+        "| members | rate records/s | samples | p50 ms | p99 ms | max ms |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in res["latency"]:
+        if "error" in r:
+            lines.append(f"| {r['members']} | {r.get('rate_per_s', '')} | - | stalled: {_clip(r['error'], 200)} | | |")
+            continue
+        lines.append(
+            f"| {r['members']} | {r['rate_per_s']} | {r['samples']} | {ms(r['p50_ms'])} | {ms(r['p99_ms'])} "
+            f"| {ms(r['max_ms'])} |"
+        )
+    wake = res["wakeup"]
+    notify = wake["notify"]
+    lines += [
+        "",
+        "Wake-up of a waiting read_committed consumer (visible to it - commit_transaction returned) against raw "
+        "LISTEN/NOTIFY (a listener woken by a committed INSERT + NOTIFY):",
+        "",
+        "| waiting reader | samples | p50 ms | p99 ms | max ms | LISTEN/NOTIFY p50 / p99 ms (baseline) "
+        "| p50 vs baseline | p99 vs baseline |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for backoff, r in wake["waiters"].items():
+        lines.append(
+            f"| Consumer, fetch_max_backoff_ms={backoff} | {r['samples']} | {ms(r['p50_ms'])} | {ms(r['p99_ms'])} "
+            f"| {ms(r['max_ms'])} | {ms(notify['p50_ms'])} / {ms(notify['p99_ms'])} "
+            f"| {times(r['p50_ms'], notify['p50_ms'])} | {times(r['p99_ms'], notify['p99_ms'])} |"
+        )
+    lines.append("")
+    return lines
+
+
+def reads_section(res: dict[str, Any]) -> list[str]:
+    rd = res["reads"]
+    readers = rd["readers"]
+    raw = readers["raw"]
+    lines = [
+        f"{rd['records']:,} committed records in {rd['partitions']} partitions ({rd['txn_records']}-record "
+        f"transactions, so the log holds commit markers), up to {rd['batch']} records per round trip:",
+        "",
+        "| reader | records read | records/s | raw binary SELECT records/s (baseline) | ratio |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for key, r in readers.items():
+        title = READ_TITLES.get(key, key)
+        if "error" in r:
+            lines.append(f"| {title} | - | no progress: {_clip(r['error'], 200)} | | |")
+            continue
+        baseline = "" if "error" in raw else f"{raw['records_per_s']:,.0f}"
+        lines.append(f"| {title} | {r['records']:,} | {r['records_per_s']:,.0f} | {baseline} | {ratio(r['ratio'])} |")
+    lines.append("")
+    return lines
+
+
+def spark_reads_section(res: dict[str, Any]) -> list[str]:
+    target = res.get("ratio_target", SPARK_TARGET)
+    return [
+        f"Spark (local mode), {res['records']:,} records of 100 B in {res['partitions']} partitions, "
+        f"{res['tasks']} tasks, the same task split for both reads:",
+        "",
+        "| read | rows/s | raw JDBC rows/s (baseline) | ratio | target |",
+        "|---|---:|---:|---:|---|",
+        f"| raw JDBC read of the records table (the baseline) | {res['raw_rows_per_s']:,.0f} | | 1.00 | |",
+        f"| oncelog.spark.read_committed (committed_records view) | {res['committed_rows_per_s']:,.0f} "
+        f"| {res['raw_rows_per_s']:,.0f} | {ratio(res['ratio'])} "
+        f"| >= {target:g}: **{verdict(res['ratio'], target)}** |",
+        "",
+    ]
+
+
+def pipeline_rates_section(res: dict[str, Any]) -> list[str]:
+    lines = [
+        "Consume-transform-produce (examples/consume_transform_produce.run, 4 partitions; records/s from the "
+        "moment the whole input became visible until the group's committed offsets passed it):",
+        "",
+        "| members | input records | seconds | records/s | transactions (aborted) | records per transaction |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in res["throughput"]:
+        if "error" in c:
+            lines.append(f"| {c['members']} | {c['records']:,} | - | stalled: {_clip(c['error'], 200)} | | |")
+            continue
+        lines.append(
+            f"| {c['members']} | {c['records']:,} | {c['seconds']:.2f} | {c['records_per_s']:,.0f} "
+            f"| {c['transactions']:,} ({c['aborted_transactions']}) | {c['records_per_txn']} |"
+        )
+    lines += [
+        "",
+        "The cost of NOTIFY in every commit (the Consumer polls instead): single-row INSERT commits/s, raw "
+        "psycopg, autocommit:",
+        "",
+        "| threads | statement | commits/s | INSERT alone commits/s (baseline) | ratio |",
+        "|---:|---|---:|---:|---:|",
+    ]
+    plain = {c["threads"]: c for c in res["notify_throughput"] if c["mode"] == "plain"}
+    for c in res["notify_throughput"]:
+        base = plain.get(c["threads"])
+        lines.append(
+            f"| {c['threads']} | {NOTIFY_MODES.get(c['mode'], c['mode'])} | {c['commits_per_s']:,.0f} "
+            f"| {base['commits_per_s']:,.0f} | {ratio(c['ratio'])} |"
+            if base
+            else f"| {c['threads']} | {NOTIFY_MODES.get(c['mode'], c['mode'])} | {c['commits_per_s']:,.0f} | | |"
+        )
+    lines.append("")
+    return lines
+
+
+def spark_pipeline_section(res: dict[str, Any]) -> list[str]:
+    return [
+        f"Spark exactly-once pipeline (read committed input over JDBC, transform, write the output with the input "
+        f"offsets in one transaction): {res['pipeline_records']:,} records at "
+        f"{res['pipeline_records_per_s']:,.0f} records/s end to end.",
+        "",
+    ]
+
+
+# --- plots --------------------------------------------------------------------------------------
+
+BASELINE_COLOR = "0.45"
+ONCELOG_COLOR = "C0"
+API_COLOR = "C1"
+
+
+def _figure(panels: int, *, cols: int, width: float, height: float) -> tuple[Figure, list[Axes]]:
+    """A figure drawn by Agg directly: no pyplot, so no global state and no display backend is ever chosen."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 (optional: the bench extra)
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    rows = math.ceil(panels / cols)
+    cols = min(cols, panels)
+    # At least 9 inches wide, so that the title above the panels fits even with one panel.
+    fig = Figure(figsize=(max(9.0, width * cols), height * rows), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = list(fig.subplots(rows, cols, squeeze=False).ravel())
+    for extra in axes[panels:]:
+        extra.set_visible(False)
+    return fig, axes[:panels]
+
+
+def _save(fig: Figure, path: Path) -> None:
+    # No "Software" entry (the matplotlib version): re-rendering the same results writes the same bytes.
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+
+
+def _rate_axis(axis: Any) -> None:
+    """Rates as 250k, 1.00M rather than 250000 or an offset of 1e6."""
+    from matplotlib.ticker import FuncFormatter  # noqa: PLC0415 (optional: the bench extra)
+
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: compact(v) if v > 0 else "0"))
+
+
+def _legend(ax: Axes, **kwargs: Any) -> None:
+    # matplotlib warns about a legend without labelled artists; an empty panel simply has none.
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**kwargs)
+
+
+def _result(outcomes: dict[str, Outcome], name: str) -> dict[str, Any] | None:
+    outcome = outcomes[name]
+    return outcome.result if outcome.ok else None
+
+
+def plot_produce(outcomes: dict[str, Outcome], path: Path) -> bool:
+    res = _result(outcomes, "produce")
+    if res is None:
+        return False
+    groups: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for c in res["cases"]:
+        groups.setdefault((c["value_size"], c["partitions"]), []).append(c)
+    fig, axes = _figure(len(groups), cols=2, width=5.2, height=3.8)
+    for ax, ((size, parts), cases) in zip(axes, groups.items(), strict=True):
+        cases.sort(key=lambda c: c["batch"])
+        x = [c["batch"] for c in cases]
+        store = [c["store"]["records_per_s"] for c in cases]
+        ax.plot(x, [c["raw"]["records_per_s"] for c in cases], "s--", color=BASELINE_COLOR, label="raw binary COPY")
+        ax.plot(x, store, "o-", color=ONCELOG_COLOR, label="store.log.produce")
+        ax.plot(x, [c["producer"]["records_per_s"] for c in cases], "^-", color=API_COLOR, label="Producer")
+        for xi, yi, c in zip(x, store, cases, strict=True):
+            ax.annotate(f"{c['ratio_store']:.2f}", (xi, yi), textcoords="offset points", xytext=(4, 5), fontsize=8)
+        ax.set(xscale="log", yscale="log", xlabel="records per batch", ylabel="records/s")
+        ax.set_xticks(x, [str(v) for v in x])
+        ax.set_title(f"{_size(size)} values, {parts} partition(s)", fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+        _legend(ax, fontsize=8)
+    fig.suptitle("Idempotent produce: throughput against batch size (labels: ratio store / raw COPY)")
+    _save(fig, path)
+    return True
+
+
+def plot_transactions(outcomes: dict[str, Outcome], path: Path) -> bool:
+    res = _result(outcomes, "transactions")
+    if res is None:
+        return False
+    groups: dict[int, list[dict[str, Any]]] = {}
+    for c in res["throughput"]:
+        groups.setdefault(c["partitions"], []).append(c)
+    fig, axes = _figure(len(groups), cols=2, width=5.2, height=3.8)
+    for ax, (parts, cases) in zip(axes, groups.items(), strict=True):
+        cases.sort(key=lambda c: c["txn_size"])
+        x = [c["txn_size"] for c in cases]
+        txn = [c["transactional"]["records_per_s"] for c in cases]
+        ax.axhline(
+            cases[0]["idempotent"]["records_per_s"], color=BASELINE_COLOR, ls="--", label="idempotent (free-running)"
+        )
+        ax.plot(
+            x,
+            [c["idempotent_flushed"]["records_per_s"] for c in cases],
+            "s:",
+            color=BASELINE_COLOR,
+            label="idempotent, flush every N",
+        )
+        ax.plot(x, txn, "o-", color=ONCELOG_COLOR, label="transactional")
+        for xi, yi, c in zip(x, txn, cases, strict=True):
+            ax.annotate(f"{c['ratio']:.2f}", (xi, yi), textcoords="offset points", xytext=(4, -12), fontsize=8)
+        ax.set(xscale="log", yscale="log", xlabel="records per transaction (N)", ylabel="records/s")
+        ax.set_xticks(x, [str(v) for v in x])
+        ax.set_title(f"{parts} partition(s)", fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+        _legend(ax, fontsize=8)
+    fig.suptitle("Transactions: throughput against transaction size (labels: ratio to the idempotent producer)")
+    _save(fig, path)
+    return True
+
+
+LatencyPanel = tuple[str, list[tuple[str, dict[str, Any], bool]]]
+
+
+def _latency_panels(outcomes: dict[str, Outcome]) -> list[LatencyPanel]:
+    """(title, [(label, percentiles, is_baseline)]) for every latency the results hold."""
+    panels: list[LatencyPanel] = []
+    produce, txn, pipe = (_result(outcomes, n) for n in ("produce", "transactions", "pipeline"))
+    if produce and produce.get("latency"):
+        lat = produce["latency"]
+        panels.append(
+            (
+                "produce, 1 record",
+                [
+                    ("Producer", lat["producer"], False),
+                    ("store call", lat["store"], False),
+                    ("raw INSERT", lat["raw"], True),
+                ],
+            )
+        )
+    if txn and txn.get("commit_latency"):
+        lat = txn["commit_latency"]
+        labels = {"empty": "empty", "ten_flushed": "10 flushed", "ten_1p": "10, 1p", "ten_4p": "10, 4p"}
+        bars = [(label, lat[k], False) for k, label in labels.items() if k in lat]
+        bars += [(RAW_COMMIT[k].replace("single-row", "1-row"), lat[k], True) for k in RAW_COMMIT if k in lat]
+        panels.append(("commit_transaction", bars))
+    if pipe:
+        bars = [(f"end to end, {r['members']}m", r, False) for r in pipe.get("latency") or [] if "error" not in r]
+        wake = pipe.get("wakeup") or {}
+        bars += [(f"wake-up {b} ms", r, False) for b, r in (wake.get("waiters") or {}).items()]
+        if wake.get("notify"):
+            bars.append(("LISTEN/NOTIFY", wake["notify"], True))
+        if bars:
+            panels.append(("pipeline", bars))
+    return panels
+
+
+def plot_latency(outcomes: dict[str, Outcome], path: Path) -> bool:
+    panels = _latency_panels(outcomes)
+    if not panels:
+        return False
+    fig, axes = _figure(len(panels), cols=3, width=4.6, height=4.0)
+    for ax, (title, bars) in zip(axes, panels, strict=True):
+        x = range(len(bars))
+        p50 = [b[1]["p50_ms"] for b in bars]
+        p99 = [b[1]["p99_ms"] for b in bars]
+        colors = [BASELINE_COLOR if b[2] else ONCELOG_COLOR for b in bars]
+        drawn = ax.bar([i - 0.2 for i in x], p50, width=0.4, color=colors)
+        ax.bar_label(drawn, labels=[ms(v) for v in p50], fontsize=7, padding=1)
+        drawn = ax.bar([i + 0.2 for i in x], p99, width=0.4, color=colors, alpha=0.5, hatch="//")
+        ax.bar_label(drawn, labels=[ms(v) for v in p99], fontsize=7, padding=1)
+        # Linear unless the values span orders of magnitude (LISTEN/NOTIFY beside an end-to-end pipeline);
+        # a wake-up can beat the commit's reply (a negative time), and a log scale has no room for that.
+        everything = p50 + p99
+        if min(everything) > 0 and max(everything) / min(everything) > 50:
+            ax.set_yscale("log")
+        ax.set_xticks(list(x), [b[0] for b in bars], rotation=35, ha="right", fontsize=8)
+        ax.set_ylabel("ms")
+        ax.set_title(f"{title} (left p50, right p99)", fontsize=10)
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle("Latency percentiles: p50 (solid) and p99 (hatched), grey: the raw PostgreSQL baseline")
+    _save(fig, path)
+    return True
+
+
+def plot_reads(outcomes: dict[str, Outcome], path: Path) -> bool:
+    panels: list[tuple[str, list[tuple[str, float, float | None, bool]]]] = []
+    txn, spark = outcomes["transactions"], outcomes["spark"]
+    if txn.ok and txn.result:
+        readers = txn.result["reads"]["readers"]
+        bars = [
+            (
+                READ_TITLES.get(k, k).replace(" (baseline)", "").replace(" (diagnostic)", ""),
+                r["records_per_s"],
+                None if k == "raw" else r["ratio"],
+                k == "raw",
+            )
+            for k, r in readers.items()
+            if "error" not in r
+        ]
+        panels.append(("read_committed and read_uncommitted reads, records/s", bars))
+    if spark.ok and spark.result:
+        r = spark.result
+        panels.append(
+            (
+                "Spark reads, rows/s",
+                [
+                    ("raw JDBC read", r["raw_rows_per_s"], None, True),
+                    ("committed view", r["committed_rows_per_s"], r["ratio"], False),
+                ],
+            )
+        )
+    if not panels:
+        return False
+    fig, axes = _figure(len(panels), cols=1, width=8.5, height=3.4)
+    for ax, (title, bars) in zip(axes, panels, strict=True):
+        y = list(range(len(bars)))[::-1]
+        ax.barh(y, [b[1] for b in bars], color=[BASELINE_COLOR if b[3] else ONCELOG_COLOR for b in bars])
+        for yi, (_, value, of_raw, _base) in zip(y, bars, strict=True):
+            ax.annotate(
+                f"{compact(value)}" + (f"  ({of_raw:.2f} of raw)" if of_raw is not None else "  (baseline)"),
+                (value, yi),
+                textcoords="offset points",
+                xytext=(3, -3),
+                fontsize=8,
+            )
+        ax.set_yticks(y, [b[0] for b in bars], fontsize=8)
+        ax.set_xlim(0, max((b[1] for b in bars), default=1) * 1.35)
+        _rate_axis(ax.xaxis)
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, axis="x", alpha=0.3)
+    fig.suptitle("Read rates against the raw PostgreSQL baseline (grey)")
+    _save(fig, path)
+    return True
+
+
+def plot_pipeline(outcomes: dict[str, Outcome], path: Path) -> bool:
+    panels: list[tuple[str, list[tuple[str, float, bool]]]] = []
+    pipe, spark = outcomes["pipeline"], outcomes["spark"]
+    rates: list[tuple[str, float, bool]] = []
+    if pipe.ok and pipe.result:
+        rates += [
+            (f"consume-transform-produce, {c['members']} member(s)", c["records_per_s"], False)
+            for c in pipe.result["throughput"]
+            if "error" not in c
+        ]
+    if spark.ok and spark.result:
+        rates.append(("Spark exactly-once pipeline", spark.result["pipeline_records_per_s"], False))
+    if rates:
+        panels.append(("exactly-once pipelines, records/s", rates))
+    if pipe.ok and pipe.result and pipe.result.get("notify_throughput"):
+        panels.append(
+            (
+                "single-row INSERT commits/s, with NOTIFY (grey: INSERT alone)",
+                [
+                    (
+                        f"{NOTIFY_MODES.get(c['mode'], c['mode'])}, {c['threads']} thread(s)",
+                        c["commits_per_s"],
+                        c["mode"] == "plain",
+                    )
+                    for c in pipe.result["notify_throughput"]
+                ],
+            )
+        )
+    if not panels:
+        return False
+    fig, axes = _figure(len(panels), cols=1, width=8.5, height=3.2)
+    for ax, (title, bars) in zip(axes, panels, strict=True):
+        y = list(range(len(bars)))[::-1]
+        ax.barh(y, [b[1] for b in bars], color=[BASELINE_COLOR if b[2] else ONCELOG_COLOR for b in bars])
+        for yi, (_, value, _base) in zip(y, bars, strict=True):
+            ax.annotate(compact(value), (value, yi), textcoords="offset points", xytext=(3, -3), fontsize=8)
+        ax.set_yticks(y, [b[0] for b in bars], fontsize=8)
+        ax.set_xlim(0, max((b[1] for b in bars), default=1) * 1.2)
+        _rate_axis(ax.xaxis)
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, axis="x", alpha=0.3)
+    fig.suptitle("Pipeline rates")
+    _save(fig, path)
+    return True
+
+
+PLOTTERS: dict[str, Callable[[dict[str, Outcome], Path], bool]] = {
+    "produce_throughput.png": plot_produce,
+    "txn_throughput.png": plot_transactions,
+    "latency.png": plot_latency,
+    "read_rates.png": plot_reads,
+    "pipeline_rates.png": plot_pipeline,
+}
+
+
+def draw_plots(outcomes: dict[str, Outcome], out: Path, *, plots: bool = True) -> tuple[dict[str, str], list[str]]:
+    """Every plot the results allow: {file name: file name} for those drawn, and notes for those not drawn."""
+    drawn: dict[str, str] = {}
+    notes: list[str] = []
+    for name in PLOTTERS:
+        # A plot the results no longer allow must not linger beside the new report.
+        (out / name).unlink(missing_ok=True)
+    if not plots:
+        return drawn, ["plots skipped (--no-plots)"]
+    try:
+        import matplotlib  # noqa: PLC0415, F401 (optional: the bench extra)
+    except ImportError:
+        return drawn, ["plots skipped: matplotlib is not installed (pip install -e '.[bench]')"]
+    for name, plot in PLOTTERS.items():
+        try:
+            if plot(outcomes, out / name):
+                drawn[name] = name
+        except Exception as exc:  # a plot, whatever goes wrong in it, must never cost the report
+            notes.append(f"{name} not drawn ({type(exc).__name__}: {exc})")
+    return drawn, notes
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def _image(drawn: dict[str, str], name: str, alt: str) -> list[str]:
+    return [f"![{alt}]({name})", ""] if name in drawn else []
+
+
+def render(outcomes: dict[str, Outcome], drawn: dict[str, str], plot_notes: Sequence[str] = ()) -> str:
+    """The report's markdown (the plots, already drawn, are referenced by file name)."""
+    quick = any(o.quick for o in outcomes.values())
+    rows = headlines(outcomes)
+    lines = ["# oncelog benchmark report", ""]
+    if quick:
+        lines += [
+            "> **--quick run**: tiny record counts that check the benchmarks work; the numbers measure nothing.",
+            "",
+        ]
+    lines += [
+        "Every figure beside its raw-PostgreSQL baseline measured in the same run on the same server, and the ratio "
+        "(oncelog / baseline: for throughput higher is better, 1.00 is the baseline's speed; latencies are given "
+        "as multiples of the baseline's time, lower is better). `bench/run` runs every benchmark and rewrites "
+        "this report.",
+        "",
+        *_guard("the machine", partial(machine_lines, outcomes)),
+        "",
+        *_guard("the benchmarks' status", partial(status_table, outcomes)),
+        "",
+    ]
+    for note in consistency_notes(outcomes):
+        lines += [f"_{note}_", ""]
+    lines += ["## Headline", "", *headline_table(rows), "", headline_summary(rows), ""]
+
+    produce, txn, pipe, spark = (outcomes[n] for n in BENCHMARKS)
+    sections: list[tuple[str, list[tuple[Outcome, str, Callable[[dict[str, Any]], list[str]]]], str, str]] = [
+        (
+            "Throughput against batch size",
+            [(produce, "produce throughput", produce_throughput_section)],
+            "produce_throughput.png",
+            "produce throughput against batch size, with the raw COPY baseline",
+        ),
+        (
+            "Throughput against transaction size",
+            [(txn, "transactional throughput", txn_throughput_section)],
+            "txn_throughput.png",
+            "transactional throughput against transaction size, with the idempotent baseline",
+        ),
+        (
+            "Latency percentiles",
+            [
+                (produce, "produce latency", produce_latency_section),
+                (txn, "commit latency", commit_latency_section),
+                (pipe, "pipeline latency", pipeline_latency_section),
+            ],
+            "latency.png",
+            "latency percentiles against the raw baselines",
+        ),
+        (
+            "Read rates",
+            [(txn, "reads", reads_section), (spark, "Spark reads", spark_reads_section)],
+            "read_rates.png",
+            "read rates against raw SELECT and raw JDBC",
+        ),
+        (
+            "Pipeline rates",
+            [(pipe, "pipeline rates", pipeline_rates_section), (spark, "the Spark pipeline", spark_pipeline_section)],
+            "pipeline_rates.png",
+            "pipeline rates and the cost of NOTIFY",
+        ),
+    ]
+    for title, parts, image, alt in sections:
+        lines += [f"## {title}", "", *_image(drawn, image, alt)]
+        for outcome, what, section in parts:
+            if not outcome.ok or outcome.result is None:
+                lines += [f"_{what[0].upper()}{what[1:]}: not measured; {outcome.why()}._", ""]
+                continue
+            lines += _guard(what, partial(section, outcome.result))
+    if plot_notes:
+        lines += ["## Plots not drawn", "", *(f"- {note}" for note in plot_notes), ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def readme_block(outcomes: dict[str, Outcome], report_link: str) -> str:
+    """The README's headline block (the text between the markers): the machine, the table, the summary."""
+    rows = headlines(outcomes)
+    return "\n".join(
+        [
+            f"## Measured ({machine_summary(outcomes)})",
+            "",
+            *headline_table(rows),
+            "",
+            headline_summary(rows),
+            "",
+            "Each ratio pairs oncelog with its baseline measured back to back in the same run (the machine's load "
+            f"drifts). Every figure beside its baseline, with plots and the machine: [{report_link}]({report_link}); "
+            "`bench/run` runs every benchmark on one server and rewrites both.",
+        ]
+    )
+
+
+class MarkerError(ValueError):
+    """The README does not hold exactly one bench:headline start marker followed by one end marker."""
+
+
+def replace_block(text: str, block: str) -> str:
+    """``text`` with everything between the markers replaced by ``block``; the markers and the rest stay as they
+    are, byte for byte, so replacing twice with the same block changes nothing."""
+    start, end = text.find(START_MARKER), text.find(END_MARKER)
+    if text.count(START_MARKER) != 1 or text.count(END_MARKER) != 1 or end < start:
+        raise MarkerError(f"{MarkerError.__doc__} ({START_MARKER} ... {END_MARKER})")
+    return text[: start + len(START_MARKER)] + "\n" + block.strip("\n") + "\n" + text[end:]
+
+
+def update_readme(path: Path, block: str) -> bool:
+    """Put ``block`` between the README's markers; True when the file changed.
+
+    Others edit the README too: it is read right before the write, and written through a temporary file
+    and a rename, so a reader never sees half a README and an edit is lost only if it lands in between."""
+    text = path.read_text()
+    new = replace_block(text, block)
+    if new == text:
+        return False
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(new)
+        os.chmod(tmp, path.stat().st_mode & 0o777)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True
+
+
+def build(results: Path, out: Path, *, plots: bool = True) -> tuple[dict[str, Outcome], Path]:
+    """Read the results, draw the plots (unless ``plots`` is false) and write ``report.md`` into ``out``."""
+    outcomes = load_outcomes(results)
+    out.mkdir(parents=True, exist_ok=True)
+    drawn, notes = draw_plots(outcomes, out, plots=plots)
+    report = out / "report.md"
+    report.write_text(render(outcomes, drawn, notes))
+    return outcomes, report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results", help="the benchmarks' JSON")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "bench", help="where report.md and PNGs go")
+    parser.add_argument(
+        "--update-readme",
+        nargs="?",
+        type=Path,
+        const=ROOT / "README.md",
+        metavar="README",
+        help="replace the block between the bench:headline markers of README (default: the repository's) "
+        "with the headline table; only from a complete run of all four benchmarks, never from --quick results",
+    )
+    parser.add_argument("--no-plots", action="store_true", help="the markdown only (no matplotlib needed)")
+    args = parser.parse_args(argv)
+    outcomes, report = build(args.results, args.out, plots=not args.no_plots)
+    rows = headlines(outcomes)
+    sys.stdout.write("\n".join(["", *headline_table(rows), "", headline_summary(rows), ""]) + "\n")
+    print(f"report: {report}", file=sys.stderr)
+    for o in outcomes.values():
+        if not o.ok:
+            print(f"note: {o.why()}", file=sys.stderr)
+    if args.update_readme is not None:
+        readme: Path = args.update_readme
+        # The README shows one complete, real run: never quick numbers, never a mix of new figures and
+        # holes (the report in --out still says what is missing and why).
+        if any(o.quick for o in outcomes.values()):
+            print(f"{readme} left as it is: --quick results measure nothing", file=sys.stderr)
+            return 0
+        incomplete = [o.why() for o in outcomes.values() if not o.ok]
+        if incomplete:
+            print(
+                f"{readme} left as it is, its headline comes from complete runs only: {'; '.join(incomplete)}",
+                file=sys.stderr,
+            )
+            return 0
+        link = Path(os.path.relpath(report.resolve(), readme.resolve().parent)).as_posix()
+        try:
+            changed = update_readme(readme, readme_block(outcomes, link))
+        except (OSError, MarkerError) as exc:
+            print(f"{readme} not updated: {exc}", file=sys.stderr)
+            return 1
+        print(f"{readme}: headline {'updated' if changed else 'unchanged'}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

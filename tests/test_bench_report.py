@@ -1,0 +1,612 @@
+"""The benchmark report (``bench/report.py``) built from small hand-made results of the four benchmarks.
+
+No database and no benchmark runs here: the fixtures have the shape the benchmarks write (see
+``bench/{produce,transactions,pipeline,spark}.py``), with round numbers chosen so that the ratios, and so
+the met / not met marks, are known in advance. Nothing is timed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from bench import report
+from bench.report import END_MARKER, START_MARKER, Headline, MarkerError
+
+ROOT = Path(__file__).resolve().parent.parent
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+PLOTS = ("produce_throughput.png", "txn_throughput.png", "latency.png", "read_rates.png", "pipeline_rates.png")
+
+
+# --- fixtures: results shaped like the benchmarks' JSON ---------------------------------------
+
+
+def _machine() -> dict[str, Any]:
+    return {
+        "nproc": 2,
+        "nproc_usable": 2,
+        "python": "3.11.7",
+        "psycopg": "3.3.9 (binary, libpq 180006)",
+        "sqlalchemy": "2.1.9",
+        "platform": "Linux-6.1-x86_64-with-glibc2.36",
+        "loadavg_start": [1.5, 1.2, 1.0],
+        "loadavg_end": [2.5, 1.4, 1.1],
+        "memory_gib": 23.5,
+        "cpu": "AMD EPYC",
+    }
+
+
+def _server() -> dict[str, Any]:
+    return {
+        "version": "15.18 (Debian 15.18-0+deb12u1)",
+        "settings": {"fsync": "on", "synchronous_commit": "on", "shared_buffers": "256MB"},
+        "superuser": True,
+        "target": "embedded default cluster in /var/lib/oncelog/dev-db (already running)",
+        "checkpoint_before_each_case": True,
+    }
+
+
+def _common(name: str, when: str) -> dict[str, Any]:
+    return {
+        "benchmark": name,
+        "quick": False,
+        "repeat": 3,
+        "database": f"oncelog_bench_{name}",
+        "when": when,
+        "machine": _machine(),
+        "oncelog": {"migration_head": "0008", "git": "abc1234"},
+        "server": _server(),
+        "seconds": 100.0,
+    }
+
+
+def _rate(records_per_s: float, **extra: Any) -> dict[str, Any]:
+    return {"records": 1000, "seconds": 1000 / records_per_s, "records_per_s": records_per_s, **extra}
+
+
+def _latency(p50: float, p99: float) -> dict[str, Any]:
+    return {"samples": 100, "p50_ms": p50, "p99_ms": p99, "max_ms": p99 * 2, "mean_ms": p50 * 1.1}
+
+
+def produce_result() -> dict[str, Any]:
+    """12 cases; at batch 1000 the store's ratios are 0.60, 0.55, 0.75, 0.80 (lowest 0.55 >= 0.5: met)."""
+    store_1000 = {(100, 1): 0.60, (100, 8): 0.55, (1024, 1): 0.75, (1024, 8): 0.80}
+    cases = []
+    for size in (100, 1024):
+        for parts in (1, 8):
+            for batch in (1, 100, 1000):
+                raw = 1000.0 * batch if batch > 1 else 3000.0
+                r_store = store_1000[(size, parts)] if batch == 1000 else 0.5
+                label = f"{'1 KiB' if size == 1024 else f'{size} B'}, {parts} part, batch {batch}"
+                cases.append(
+                    {
+                        "key": f"{size}B/{parts}p/b{batch}",
+                        "label": label,
+                        "value_size": size,
+                        "partitions": parts,
+                        "batch": batch,
+                        "records": 1000,
+                        "raw": _rate(raw, mb_per_s=1.0),
+                        "store": _rate(raw * r_store, mb_per_s=1.0),
+                        "producer": _rate(raw * 0.25, mb_per_s=1.0, batches=10, records_per_batch_avg=100.0),
+                        "ratio_store": r_store,
+                        "ratio_producer": 0.25,
+                    }
+                )
+    return {
+        **_common("produce", "2026-11-21T12:00:00+00:00"),
+        "cases": cases,
+        "latency": {"producer": _latency(1.2, 3.6), "store": _latency(0.8, 2.0), "raw": _latency(0.3, 1.2)},
+        "headline": {"target": 0.5, "cases": 4, "ratio_store_min": 0.55, "ratio_producer_min": 0.25},
+    }
+
+
+def transactions_result(txn1000_ratios: tuple[float, float] = (0.81, 0.85)) -> dict[str, Any]:
+    """Transactions of 1000 records at the given ratios (1 and 4 partitions); fetch_many 0.16, Consumer 0.12."""
+    throughput = []
+    for parts, r1000 in zip((1, 4), txn1000_ratios, strict=True):
+        for size in (1, 10, 100, 1000):
+            r = r1000 if size == 1000 else size / 2000
+            throughput.append(
+                {
+                    "key": f"{parts}p/txn{size}",
+                    "partitions": parts,
+                    "txn_size": size,
+                    "transactional": _rate(
+                        40000.0 * r,
+                        transactions=3,
+                        transactions_per_s=40.0 * r / size * 1000,
+                        produce_calls_per_txn=1.0,
+                        commit_ms_avg=4.5,
+                    ),
+                    "idempotent": _rate(40000.0, produce_calls=40, records_per_call=25.0),
+                    "ratio": r,
+                    "idempotent_flushed": _rate(30000.0, produce_calls=40, records_per_call=25.0),
+                    "ratio_flushed": round(40000.0 * r / 30000.0, 3),
+                }
+            )
+    names = ("empty", "ten_1p", "ten_4p", "ten_flushed", "raw_one", "raw_ten")
+    commit = {name: _latency(2.0 + i, 10.0 + i) for i, name in enumerate(names)}
+    readers = {
+        "raw": {**_rate(500000.0), "ratio": 1.0},
+        "raw_text": {**_rate(300000.0), "ratio": 0.6},
+        "fetch_v3": {**_rate(250000.0), "ratio": 0.5},
+        "fetch_rc": {**_rate(80000.0), "ratio": 0.16},
+        "fetch_ru": {**_rate(85000.0), "ratio": 0.17},
+        "consumer_rc": {**_rate(60000.0), "ratio": 0.12},
+        "consumer_ru": {**_rate(65000.0), "ratio": 0.13},
+    }
+    return {
+        **_common("transactions", "2026-11-21T12:10:00+00:00"),
+        "producer_config": {"linger_ms": 5, "batch_size": 16384},
+        "throughput": throughput,
+        "commit_latency": commit,
+        "reads": {
+            "records": 200000,
+            "partitions": 4,
+            "batch": 500,
+            "txn_records": 400,
+            "max_seconds": 3.0,
+            "load_seconds": 10.0,
+            "readers": readers,
+        },
+        "headline": {
+            "txn_target": 0.9,
+            "txn1000_ratio_min": min(txn1000_ratios),
+            "read_target": 0.7,
+            "read_committed_fetch_many_ratio": 0.16,
+            "read_committed_consumer_ratio": 0.12,
+        },
+    }
+
+
+def pipeline_result() -> dict[str, Any]:
+    throughput = [
+        {
+            "members": members,
+            "records": 20000,
+            "seconds": 20000 / rate,
+            "records_per_s": rate,
+            "transactions": 100,
+            "aborted_transactions": 0,
+            "records_per_txn": 200.0,
+            "copied_per_member": [20000 // members] * members,
+            "member_cpu_s": [1.0] * members,
+        }
+        for members, rate in ((1, 3500.0), (4, 11900.0))
+    ]
+    waiters = {
+        backoff: {**_latency(p50, p50 * 4), "min_ms": -0.1, "client_cpu_pct": 1.0, "server_cpu_pct": 0.5}
+        for backoff, p50 in (("200", 60.0), ("20", 12.0), ("5", 6.0))
+    }
+    notify = [
+        {
+            "threads": t,
+            "mode": mode,
+            "commits_per_s": 1000.0 * t * r,
+            "runs_commits_per_s": [1000.0 * t * r],
+            "ratio": r,
+        }
+        for t in (1, 8)
+        for mode, r in (("plain", 1.0), ("notify", 0.9), ("notify_listened", 0.8))
+    ]
+    return {
+        **_common("pipeline", "2026-11-21T12:20:00+00:00"),
+        "throughput": throughput,
+        "latency": [{"members": m, "rate_per_s": 200, **_latency(49.0 * m, 104.0 * m)} for m in (1, 4)],
+        "wakeup": {
+            "samples": 150,
+            "max_gap_s": 0.4,
+            "waiters": waiters,
+            "notify": {**_latency(0.4, 1.5), "min_ms": 0.2},
+        },
+        "notify_throughput": notify,
+        "headline": {
+            "records_per_s_1_member": 3500.0,
+            "records_per_s_4_members": 11900.0,
+            "wakeup_default_p50_ms": 60.0,
+            "wakeup_default_p99_ms": 240.0,
+            "notify_ratio_8_threads": 0.9,
+        },
+    }
+
+
+def spark_result(view_ratio: float = 0.97) -> dict[str, Any]:
+    """The shape bench/spark.py writes: its own keys, "server" the target, PostgreSQL under "postgres"."""
+    common = _common("spark", "2026-11-21T12:30:00+00:00")
+    return {
+        "records": 400000,
+        "partitions": 4,
+        "tasks": 4,
+        "raw_rows_per_s": 980000.0,
+        "committed_rows_per_s": 980000.0 * view_ratio,
+        "ratio": view_ratio,
+        "rows": [400000, 400000],
+        "pass": 1,
+        "pipeline_records": 400000,
+        "pipeline_records_per_s": 25000.0,
+        "machine": _machine(),
+        "server": "embedded default cluster in /var/lib/oncelog/dev-db (already running)",
+        "benchmark": "spark",
+        "quick": False,
+        "when": common["when"],
+        "oncelog": common["oncelog"],
+        "postgres": {k: v for k, v in _server().items() if k in ("version", "settings", "superuser")},
+        "ratio_target": 0.8,
+        "seconds": 90.0,
+    }
+
+
+def full_results() -> dict[str, dict[str, Any]]:
+    return {
+        "produce": produce_result(),
+        "transactions": transactions_result(),
+        "pipeline": pipeline_result(),
+        "spark": spark_result(),
+    }
+
+
+def write_results(folder: Path, results: dict[str, dict[str, Any]]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, result in results.items():
+        (folder / f"{name}.json").write_text(json.dumps(result, indent=2))
+    return folder
+
+
+@pytest.fixture
+def full_report(tmp_path: Path) -> tuple[Path, str]:
+    """The report of all four benchmarks, built into tmp_path/out."""
+    results = write_results(tmp_path / "results", full_results())
+    _, path = report.build(results, tmp_path / "out")
+    return path.parent, path.read_text()
+
+
+def render_with_readme(results: Path, out: Path, readme: Path) -> int:
+    """``python -m bench.report --results ... --out ... --update-readme README`` (markdown only, for speed)."""
+    return report.main(["--results", str(results), "--out", str(out), "--update-readme", str(readme), "--no-plots"])
+
+
+def headline_by_prefix(rows: list[Headline], prefix: str) -> Headline:
+    matches = [r for r in rows if r.what.startswith(prefix)]
+    assert len(matches) == 1, (prefix, [r.what for r in rows])
+    return matches[0]
+
+
+# --- the report -------------------------------------------------------------------------------
+
+
+def test_the_report_names_every_figure_beside_its_baseline_and_ratio(full_report: tuple[Path, str]) -> None:
+    _, md = full_report
+    for section in (
+        "## Headline",
+        "## Throughput against batch size",
+        "## Throughput against transaction size",
+        "## Latency percentiles",
+        "## Read rates",
+        "## Pipeline rates",
+    ):
+        assert section in md, section
+    # produce: every case, with the raw COPY baseline and both ratios
+    for case in produce_result()["cases"]:
+        assert f"| {case['label']} | " in md, case["label"]
+    assert "| 100 B, 8 part, batch 1000 | 550,000 | 250,000 | 1,000,000 | 0.55 | 0.25 |" in md
+    assert "raw binary COPY records/s (baseline)" in md
+    assert (
+        "| Producer (linger_ms=0): send + wait for the future | 100 | 1.20 | 3.60 | 7.20 | 0.30 / 1.20 | 4.0x | 3.0x |"
+        in md
+    )
+    # transactions: every size and partition count, the idempotent baseline, both ratios
+    for parts in (1, 4):
+        for size in ("1", "10", "100", "1,000"):
+            assert f"| {parts} | {size} | " in md, (parts, size)
+    assert "| 1 | 1,000 | " in md
+    assert "| 32,400 | 40,000 | 0.81 | 30,000 | 1.08 | 4.50 |" in md
+    for title, _ in report.COMMIT_CASES.values():
+        assert f"| {title} |" in md, title
+    assert "| single-row INSERT | 6.00 / 14.0 |" in md  # raw_one is the 5th case: 2 + 4 ms, 10 + 4 ms
+    # reads and Spark, each beside its raw baseline
+    for title in report.READ_TITLES.values():
+        assert f"| {title} |" in md, title
+    assert "| store.log.fetch_many, read_committed | 1,000 | 80,000 | 500,000 | 0.16 |" in md
+    assert (
+        "| oncelog.spark.read_committed (committed_records view) | 950,600 | 980,000 | 0.97 | >= 0.8: **met** |" in md
+    )
+    # pipelines: rates, end-to-end latency, wake-up against LISTEN/NOTIFY, the cost of NOTIFY
+    assert "| 1 | 20,000 | 5.71 | 3,500 | 100 (0) | 200.0 |" in md
+    assert "| 4 | 20,000 | 1.68 | 11,900 |" in md
+    assert "| Consumer, fetch_max_backoff_ms=200 | 100 | 60.0 | 240 | 480 | 0.40 / 1.50 | 150x | 160x |" in md
+    assert "| 8 | INSERT + NOTIFY, no listener | 7,200 | 8,000 | 0.90 |" in md
+    assert "25,000 records/s end to end" in md
+    # the machine, the server and the run
+    assert "- machine: 2 CPUs, AMD EPYC, 23.5 GiB RAM, Linux-6.1-x86_64-with-glibc2.36" in md
+    assert "- PostgreSQL 15.18 (Debian 15.18-0+deb12u1): fsync=on, synchronous_commit=on, shared_buffers=256MB" in md
+    assert "- run: 2026-11-21, 12:00 to 12:30 UTC; oncelog commit abc1234, migrations at 0008" in md
+    assert "embedded default cluster" in md
+    # nothing missing, nothing that failed to render, no quick-run banner, no mixed runs
+    for absent in ("not measured", "Could not render", "not drawn", "--quick run", "different runs"):
+        assert absent not in md, absent
+
+
+def test_the_plots_exist_are_valid_pngs_and_are_referenced(full_report: tuple[Path, str]) -> None:
+    out, md = full_report
+    for name in PLOTS:
+        path = out / name
+        data = path.read_bytes()
+        assert data.startswith(PNG_SIGNATURE), name
+        with Image.open(path) as image:
+            image.verify()  # the whole file decodes (checksums included)
+        with Image.open(path) as image:
+            assert image.format == "PNG"
+            assert image.width >= 600 and image.height >= 200, (name, image.size)
+        assert f"]({name})" in md, name
+
+
+def test_rendering_the_same_results_twice_writes_the_same_files(tmp_path: Path) -> None:
+    results = write_results(tmp_path / "results", full_results())
+    report.build(results, tmp_path / "a")
+    report.build(results, tmp_path / "b")
+    for name in ("report.md", *PLOTS):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+# --- the headline: met / not met --------------------------------------------------------------
+
+
+def test_verdict_holds_a_figure_to_its_target() -> None:
+    assert report.verdict(0.9, 0.9) == "met"  # the target is inclusive (">= 0.9")
+    assert report.verdict(0.95, 0.9) == "met"
+    assert report.verdict(0.89, 0.9) == "not met"
+    assert report.verdict(0.5, None) == ""  # reported for what it is, held to nothing
+    assert report.verdict(None, 0.9) == "not measured"
+    assert report.verdict(0.95, 0.9, missing="the benchmark failed") == "not measured"
+    assert report.verdict(None, None, missing="stalled") == "not measured"
+
+
+def test_headline_rows_are_marked_against_the_issue_targets(full_report: tuple[Path, str]) -> None:
+    _, md = full_report
+    rows = report.headlines(report.load_outcomes(full_report[0].parent / "results"))
+    produce = headline_by_prefix(rows, "idempotent produce, 1000-record batches")
+    assert (produce.value, produce.target, produce.status) == (0.55, 0.5, "met")
+    assert produce.ratio == "0.60, 0.55, 0.75, 0.80"
+    assert produce.what.endswith("100B/1p, 100B/8p, 1KiB/1p, 1KiB/8p")
+    txn = headline_by_prefix(rows, "transactions of 1000 records")
+    assert (txn.value, txn.target, txn.status) == (0.81, 0.9, "not met")
+    assert txn.ratio == "0.81 / 0.85"
+    fetch = headline_by_prefix(rows, "read_committed reads (store.log.fetch_many)")
+    assert (fetch.value, fetch.target, fetch.status) == (0.16, 0.7, "not met")
+    consumer = headline_by_prefix(rows, "read_committed reads (Consumer.poll)")
+    assert consumer.status == "not met"
+    spark = headline_by_prefix(rows, "Spark: committed view vs raw JDBC")
+    assert (spark.value, spark.target, spark.status) == (0.97, 0.8, "met")
+    pipeline = headline_by_prefix(rows, "consume-transform-produce, 1 / 4 member(s)")
+    assert (pipeline.oncelog, pipeline.status) == ("3.5k / 11.9k records/s", "")
+    latency = headline_by_prefix(rows, "single-record produce latency")
+    assert (latency.oncelog, latency.baseline, latency.ratio) == (
+        "1.20 / 3.60 ms",
+        "0.30 / 1.20 ms (INSERT)",
+        "4.0x / 3.0x",
+    )
+    assert headline_by_prefix(rows, "Spark exactly-once pipeline").oncelog == "25.0k records/s"
+    # In the markdown: the mark beside each target, and a summary sentence.
+    assert "| 0.60, 0.55, 0.75, 0.80 | >= 0.5 (lowest): **met** |" in md
+    assert "| 0.81 / 0.85 | >= 0.9 (lowest): **not met** |" in md
+    assert "| 0.16 | >= 0.7: **not met** |" in md
+    assert "| 0.97 | >= 0.8: **met** |" in md
+    assert "Targets met: idempotent produce at 1000-record batches (0.55); Spark reads through the committed view" in md
+    assert "Not met: transactional throughput at 1000 records per transaction (0.81, target 0.9)" in md
+
+
+def test_a_ratio_at_the_target_is_met(tmp_path: Path) -> None:
+    results = full_results()
+    results["transactions"] = transactions_result((0.9, 0.95))
+    results["spark"] = spark_result(0.79)
+    outcomes, _ = report.build(write_results(tmp_path / "results", results), tmp_path / "out", plots=False)
+    rows = report.headlines(outcomes)
+    assert headline_by_prefix(rows, "transactions of 1000 records").status == "met"
+    assert headline_by_prefix(rows, "Spark: committed view vs raw JDBC").status == "not met"
+
+
+def test_a_reader_without_progress_is_not_measured_rather_than_a_zero_ratio(tmp_path: Path) -> None:
+    results = full_results()
+    readers = results["transactions"]["reads"]["readers"]
+    readers["fetch_rc"] = {"records": 0, "seconds": 0.0, "records_per_s": 0.0, "ratio": 0.0, "error": "stuck at 0"}
+    outcomes, path = report.build(write_results(tmp_path / "results", results), tmp_path / "out")
+    fetch = headline_by_prefix(report.headlines(outcomes), "read_committed reads (store.log.fetch_many)")
+    assert fetch.status == "not measured"
+    assert "no progress: stuck at 0" in fetch.missing
+    md = path.read_text()
+    assert "| store.log.fetch_many, read_committed | - | no progress: stuck at 0 |" in md
+    assert (tmp_path / "out" / "read_rates.png").exists()  # the other readers are still plotted
+
+
+# --- benchmarks that failed, were skipped, or left odd results --------------------------------
+
+
+def test_failed_skipped_and_missing_benchmarks_are_reported_not_fatal(tmp_path: Path) -> None:
+    results = write_results(tmp_path / "results", {"produce": produce_result()})
+    (results / "transactions.failed").write_text(
+        "exit 1\nTraceback (most recent call last):\n  File 'x.py'\nRuntimeError: the log holds 3 | 4 records\n"
+    )
+    (results / "spark.skipped").write_text("skipped with --skip spark\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "txn_throughput.png").write_bytes(b"an old plot")  # from an earlier report: must not linger
+    outcomes, path = report.build(results, out)
+    md = path.read_text()
+
+    assert [o.status for o in outcomes.values()] == ["ok", "failed", "missing", "skipped"]
+    assert "the transactions benchmark failed (exit 1: RuntimeError: the log holds 3 / 4 records)" in md
+    assert "the pipeline benchmark has no results (no pipeline.json in " in md
+    assert "the spark benchmark was skipped (skipped with --skip spark)" in md
+    assert "| transactions, commit latency, reads (bench/transactions.py) | **failed**: exit 1: " in md
+    assert "_Transactional throughput: not measured; the transactions benchmark failed" in md
+    assert "_Spark reads: not measured; the spark benchmark was skipped" in md
+    # The produce figures are all there; the others' headline rows say why they are not.
+    assert "| 0.60, 0.55, 0.75, 0.80 | >= 0.5 (lowest): **met** |" in md
+    rows = report.headlines(outcomes)
+    assert [r.status for r in rows if r.missing] == ["not measured"] * 3
+    assert "Not measured: transactions of 1000 records" in md
+    # Only the plots the results allow; the stale one is gone.
+    assert sorted(p.name for p in out.glob("*.png")) == ["latency.png", "produce_throughput.png"]
+    assert "](txn_throughput.png)" not in md
+
+
+def test_no_results_at_all_still_make_a_report(tmp_path: Path) -> None:
+    outcomes, path = report.build(tmp_path / "nothing", tmp_path / "out", plots=False)
+    md = path.read_text()
+    assert {o.status for o in outcomes.values()} == {"missing"}
+    assert "- run: unknown date" in md
+    assert "Not measured: " in md
+    assert not list((tmp_path / "out").glob("*.png"))
+
+
+def test_unreadable_or_unexpected_results_are_reported_not_fatal(tmp_path: Path) -> None:
+    odd = produce_result()
+    odd["machine"] = "not an object"
+    odd["server"]["settings"] = ["fsync"]
+    results = write_results(tmp_path / "results", {"produce": odd})
+    (results / "transactions.json").write_text('{"benchmark": "transactions", ')  # cut short
+    (results / "spark.json").write_text("[1, 2]")
+    broken = pipeline_result()
+    del broken["wakeup"]  # e.g. an older benchmark version
+    broken["throughput"] = [{"members": 1}]
+    (results / "pipeline.json").write_text(json.dumps(broken))
+    outcomes, path = report.build(results, tmp_path / "out", plots=False)
+    md = path.read_text()
+    assert outcomes["transactions"].status == "unreadable"
+    assert "the transactions benchmark left unreadable results (transactions.json: " in md
+    assert "the spark benchmark left unreadable results (spark.json: not a JSON object)" in md
+    assert outcomes["pipeline"].status == "ok"
+    assert "unexpected pipeline.json (KeyError: " in md
+    assert "_Could not render pipeline latency from the results (KeyError: 'wakeup')._" in md
+    assert "_Could not render pipeline rates from the results (KeyError: " in md
+
+
+def test_quick_results_are_flagged(tmp_path: Path) -> None:
+    results = full_results()
+    for result in results.values():
+        result["quick"] = True
+    _, path = report.build(write_results(tmp_path / "results", results), tmp_path / "out", plots=False)
+    md = path.read_text()
+    assert "**--quick run**" in md
+    assert "| ok, --quick |" in md
+
+
+def test_results_from_different_runs_are_flagged(tmp_path: Path) -> None:
+    results = full_results()
+    results["spark"]["oncelog"] = {"migration_head": "0007", "git": "fff0000"}
+    _, path = report.build(write_results(tmp_path / "results", results), tmp_path / "out", plots=False)
+    md = path.read_text()
+    assert (
+        "The results differ in commit (produce: abc1234; transactions: abc1234; pipeline: abc1234; spark: fff0000)"
+        in md
+    )
+
+
+# --- the README block -------------------------------------------------------------------------
+
+README = f"""# project
+
+Intro.
+
+## Measured (old)
+{START_MARKER}
+| what | old |
+|---|---|
+| x | 1 |
+{END_MARKER}
+
+## Layout
+
+The rest.
+"""
+
+
+def test_replacing_the_block_keeps_everything_else_byte_for_byte() -> None:
+    new = report.replace_block(README, "## Measured (new)\n\n| a | b |\n")
+    before, after = README.split(START_MARKER, maxsplit=1)[0], README.split(END_MARKER, maxsplit=1)[1]
+    assert new == f"{before}{START_MARKER}\n## Measured (new)\n\n| a | b |\n{END_MARKER}{after}"
+    assert report.replace_block(new, "## Measured (new)\n\n| a | b |\n") == new  # idempotent
+    assert report.replace_block(new, "\n\n## Measured (new)\n\n| a | b |") == new  # surrounding blank lines
+    # And back: the block is all that changes.
+    old_block = README.split(START_MARKER, maxsplit=1)[1].split(END_MARKER, maxsplit=1)[0]
+    assert report.replace_block(new, old_block) == README
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "no markers at all\n",
+        f"{START_MARKER}\nonly the start\n",
+        f"only the end\n{END_MARKER}\n",
+        f"{END_MARKER}\nreversed\n{START_MARKER}\n",
+        f"{START_MARKER}\n{START_MARKER}\ntwice\n{END_MARKER}\n",
+        f"{START_MARKER}\ntwice\n{END_MARKER}\n{END_MARKER}\n",
+    ],
+)
+def test_a_readme_without_exactly_one_pair_of_markers_is_refused(text: str) -> None:
+    with pytest.raises(MarkerError):
+        report.replace_block(text, "block")
+
+
+def test_the_repository_readme_has_the_markers() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert text.count(START_MARKER) == 1 and text.count(END_MARKER) == 1
+    block = text.split(START_MARKER)[1].split(END_MARKER)[0]
+    assert report.replace_block(text, block) == text
+
+
+def test_update_readme_writes_the_headline_once(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    results = write_results(tmp_path / "results", full_results())
+    assert render_with_readme(results, tmp_path / "docs" / "bench", readme) == 0
+    text = readme.read_text()
+    assert text.startswith(
+        "# project\n\nIntro.\n\n## Measured (old)\n" + START_MARKER + "\n## Measured (2 CPUs (AMD EPYC), "
+    )
+    assert text.endswith(f"{END_MARKER}\n\n## Layout\n\nThe rest.\n")
+    block = text.split(START_MARKER)[1].split(END_MARKER)[0]
+    assert "PostgreSQL 15.18, fsync=on, synchronous_commit=on; 2026-11-21, commit abc1234)" in block
+    assert "| 0.81 / 0.85 | >= 0.9 (lowest): **not met** |" in block
+    assert "[docs/bench/report.md](docs/bench/report.md)" in block
+    assert "| x | 1 |" not in block
+    # A second run over the same results changes nothing.
+    assert not report.update_readme(readme, block)
+    assert render_with_readme(results, tmp_path / "docs" / "bench", readme) == 0
+    assert readme.read_text() == text
+
+
+def test_quick_results_never_reach_the_readme(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    results = full_results()
+    results["produce"]["quick"] = True
+    folder = write_results(tmp_path / "results", results)
+    assert render_with_readme(folder, tmp_path / "out", readme) == 0
+    assert readme.read_text() == README
+    assert (tmp_path / "out" / "report.md").exists()
+
+
+def test_an_incomplete_run_never_reaches_the_readme(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    results = full_results()
+    del results["spark"]
+    folder = write_results(tmp_path / "results", results)
+    (folder / "spark.skipped").write_text("skipped with --skip spark\n")
+    assert render_with_readme(folder, tmp_path / "out", readme) == 0
+    assert readme.read_text() == README
+    assert "the spark benchmark was skipped" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_a_readme_without_markers_is_an_error_not_an_edit(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text("# no markers\n")
+    folder = write_results(tmp_path / "results", full_results())
+    assert render_with_readme(folder, tmp_path / "out", readme) == 1
+    assert readme.read_text() == "# no markers\n"
