@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
 from oncelog.client import Client
-from oncelog.store import log, ops, topics, txn
+from oncelog.store import acl, log, ops, topics, txn
 from oncelog.store.errors import mapped_errors
 from oncelog.store.records import PartitionOffsets
 from oncelog.store.topics import TopicConfig, TopicDescription
 from oncelog.store.txn import TransactionStatus
 from oncelog.types import (
+    AclBinding,
+    AclBindingFilter,
     GroupDescription,
     GroupListing,
     OffsetReset,
@@ -164,3 +166,51 @@ class Admin(Client):
                 with mapped_errors():
                     conn.commit()
         return done
+
+    # --- access control (docs/acl.md) ----------------------------------------------------------
+
+    def create_acls(self, acls: Iterable[AclBinding]) -> list[AclBinding]:
+        """Create ACLs, all or none (one database transaction); returns those that did not exist.
+
+        InvalidRequestError for a principal that is not a role, or a resource type, pattern type,
+        operation or name that does not fit. ACLs take effect only while enforcement is on
+        (:meth:`set_acl_enforcement`)."""
+        wanted = list(acls)
+        with mapped_errors():
+            conn = self._engine.connect()
+        with conn:
+            created = acl.create_acls(conn, wanted)
+            with mapped_errors():
+                conn.commit()
+        return created
+
+    def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[AclBinding]:
+        """Delete every ACL matching one of ``filters`` (a None field matches anything), in one
+        database transaction; returns the ACLs deleted."""
+        wanted = list(filters)
+        with mapped_errors():
+            conn = self._engine.connect()
+        with conn:
+            gone = acl.delete_acls(conn, wanted)
+            with mapped_errors():
+                conn.commit()
+        return gone
+
+    def describe_acls(self, acl_filter: AclBindingFilter | None = None) -> list[AclBinding]:
+        """The ACLs matching ``acl_filter`` (all of them without one)."""
+        with self._connect() as conn:
+            return acl.describe_acls(conn, acl_filter or AclBindingFilter())
+
+    def set_acl_enforcement(self, enabled: bool) -> bool:
+        """Switch ACL enforcement on or off for the whole installation; returns the previous setting.
+
+        On: client and reader roles may do only what an ACL allows (the admin role and the schema
+        owner are not subject to ACLs); create the ACLs first. Off: every role may do what its
+        grants allow, as before ACLs."""
+        with self._connect() as conn:
+            return acl.set_acl_enforcement(conn, enforce=enabled)
+
+    def acl_enforcement(self) -> bool:
+        """Whether the installation enforces its ACLs."""
+        with self._connect() as conn:
+            return acl.acl_enforcement(conn)

@@ -345,6 +345,33 @@ class NonEmptyGroupError(OncelogError):
     sqlstate = "OL410"
 
 
+# --- access control (ACLs, docs/acl.md) ----------------------------------------------------------
+
+
+class TopicAuthorizationError(AuthorizationError):
+    """No ACL allows this role the operation on the topic (ACL enforcement is on; see docs/acl.md)."""
+
+    kafka_name = "TOPIC_AUTHORIZATION_FAILED"
+    sqlstate = "OL501"
+
+
+class GroupAuthorizationError(AuthorizationError):
+    """No ACL allows this role the operation on the consumer group (ACL enforcement is on; see docs/acl.md)."""
+
+    kafka_name = "GROUP_AUTHORIZATION_FAILED"
+    sqlstate = "OL502"
+
+
+class TransactionalIdAuthorizationError(AuthorizationError):
+    """No ACL allows this role to use the transactional id (ACL enforcement is on; see docs/acl.md).
+
+    Fatal, as in Kafka: the producer cannot initialise, commit or abort under this id."""
+
+    kafka_name = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    sqlstate = "OL503"
+    fatal = True
+
+
 def _all_subclasses(cls: type[OncelogError]) -> list[type[OncelogError]]:
     out: list[type[OncelogError]] = []
     for sub in cls.__subclasses__():

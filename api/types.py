@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 
 class TopicPartition(NamedTuple):
@@ -177,3 +177,40 @@ class OffsetReset:
     partition: int
     previous_offset: int | None
     new_offset: int
+
+
+# --- access control (Admin.create_acls, docs/acl.md) -------------------------------------------
+
+#: What an ACL protects.
+AclResourceType = Literal["topic", "group", "transactional_id"]
+#: How an ACL's resource name matches: the exact name (``*``: every name), or a name prefix.
+AclPatternType = Literal["literal", "prefixed"]
+#: What an ACL allows. ``describe`` is implied by ``read`` and ``write``, everything by ``all``.
+#: Topics take all four; groups ``read``, ``describe``, ``all``; transactional ids ``write``,
+#: ``describe``, ``all``.
+AclOperation = Literal["read", "write", "describe", "all"]
+
+
+@dataclass(frozen=True, slots=True)
+class AclBinding:
+    """One ACL (Kafka's AclBinding, allow only): ``principal`` (a PostgreSQL role, and so every
+    role with its privileges) may perform ``operation`` on the resources that
+    ``resource_name`` names literally or, with ``pattern_type="prefixed"``, by prefix."""
+
+    principal: str
+    resource_type: AclResourceType
+    resource_name: str
+    operation: AclOperation
+    pattern_type: AclPatternType = "literal"
+
+
+@dataclass(frozen=True, slots=True)
+class AclBindingFilter:
+    """Selects ACLs to describe or delete: each field that is None matches anything; the others
+    match exactly (a name is compared as stored, not as a pattern)."""
+
+    principal: str | None = None
+    resource_type: AclResourceType | None = None
+    resource_name: str | None = None
+    operation: AclOperation | None = None
+    pattern_type: AclPatternType | None = None

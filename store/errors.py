@@ -50,6 +50,7 @@ def translate(exc: BaseException) -> errors.OncelogError | None:
             return errors.DatabaseUnavailableError(_message(exc))
         if state in {"3F000", "42P01", "42883"}:  # invalid_schema_name, undefined_table, undefined_function
             return errors.SchemaNotReadyError(f"{_message(exc)}: run `oncelog db upgrade`")
+        # ACL denials (OL501..OL503) were mapped above, to AuthorizationError's subclasses.
         if state == "42501":  # insufficient_privilege
             return errors.AuthorizationError(_message(exc))
         if state.startswith("22"):  # data exceptions: a value the database cannot take

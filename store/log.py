@@ -227,6 +227,9 @@ def list_offsets(conn: sa.Connection, *, topic: str) -> list[PartitionOffsets]:
         {"topic": topic},
     ).all()
     if not rows:
+        # The view hides topics a role may not describe (ACLs): the protocol function says which
+        # it is, unknown or not authorized, with the typed error.
+        _driver(conn, "SELECT * FROM list_offsets_v1(%(topic)s)", {"topic": topic}).all()
         raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}")
     return [
         PartitionOffsets(int(r.partition), int(r.log_start_offset), int(r.high_watermark), int(r.last_stable_offset))

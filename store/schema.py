@@ -782,3 +782,94 @@ pending_offsets = sa.Table(
     comment="Offsets committed inside an open transaction (TxnOffsetCommit), applied by its commit "
     "and dropped by its abort (KIP-447).",
 )
+
+
+# --- access control (migration 0009; the calls are in oncelog.store.acl) -------------------------
+
+acls = sa.Table(
+    "acls",
+    metadata,
+    sa.Column(
+        "resource_type",
+        sa.Text,
+        primary_key=True,
+        comment="What the ACL protects: topic, group or transactional_id.",
+    ),
+    sa.Column(
+        "resource_name",
+        sa.Text,
+        primary_key=True,
+        comment="A name (literal; * is every name) or a name prefix (prefixed).",
+    ),
+    sa.Column("pattern_type", sa.Text, primary_key=True, comment="literal or prefixed."),
+    sa.Column(
+        "principal",
+        sa.Text,
+        primary_key=True,
+        comment="The PostgreSQL role allowed; every role with its privileges (its members) is allowed too.",
+    ),
+    sa.Column(
+        "operation",
+        sa.Text,
+        primary_key=True,
+        comment="read, write, describe (implied by read and write) or all.",
+    ),
+    sa.Column(
+        "created_at",
+        sa.DateTime(timezone=True),
+        nullable=False,
+        server_default=sa.text("now()"),
+        comment="When the ACL was created.",
+    ),
+    sa.Column(
+        "created_by",
+        sa.Text,
+        nullable=False,
+        server_default=sa.text("SESSION_USER"),
+        comment="The login role that created it.",
+    ),
+    sa.CheckConstraint("resource_type IN ('topic', 'group', 'transactional_id')", name="resource_type_valid"),
+    sa.CheckConstraint("pattern_type IN ('literal', 'prefixed')", name="pattern_type_valid"),
+    sa.CheckConstraint(
+        "operation IN ('read', 'write', 'describe', 'all') AND NOT (resource_type = 'group' AND operation = 'write') "
+        "AND NOT (resource_type = 'transactional_id' AND operation = 'read')",
+        name="operation_valid",
+    ),
+    sa.CheckConstraint("length(resource_name) BETWEEN 1 AND 255", name="resource_name_length"),
+    comment="Access control lists (Kafka's ACLs, allow only): which role may do what to which topics, groups "
+    "and transactional ids. Enforced only while acl_settings.enforce is on.",
+)
+
+acl_settings = sa.Table(
+    "acl_settings",
+    metadata,
+    sa.Column(
+        "id",
+        sa.SmallInteger,
+        primary_key=True,
+        server_default=sa.text("1"),
+        comment="Always 1: this table has exactly one row.",
+    ),
+    sa.Column(
+        "enforce",
+        sa.Boolean,
+        nullable=False,
+        server_default=sa.text("false"),
+        comment="Whether ACLs are enforced (off: every role may do what its grants allow, as before ACLs).",
+    ),
+    sa.Column(
+        "changed_at",
+        sa.DateTime(timezone=True),
+        nullable=False,
+        server_default=sa.text("now()"),
+        comment="When enforcement was last switched.",
+    ),
+    sa.Column(
+        "changed_by",
+        sa.Text,
+        nullable=True,
+        comment="The login role that last switched it (NULL: never switched).",
+    ),
+    sa.CheckConstraint("id = 1", name="single_row"),
+    comment="Whether this installation enforces its ACLs (one row; set_acl_enforcement_v1).",
+)

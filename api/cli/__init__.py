@@ -13,6 +13,7 @@ import click
 import psycopg
 import sqlalchemy as sa
 
+from oncelog.cli.acls import acls
 from oncelog.cli.clients import consume, produce
 from oncelog.cli.context import CliContext
 from oncelog.cli.coordinator import coordinator
@@ -80,6 +81,7 @@ cli.add_command(produce)
 cli.add_command(consume)
 cli.add_command(txns)
 cli.add_command(groups)
+cli.add_command(acls)
 cli.add_command(verify)
 
 
