@@ -97,6 +97,12 @@ class Admin(Client):
         with self._connect() as conn:
             return log.expire_producers(conn)
 
+    def expire_txn_history(self, batch: int = 10_000) -> int:
+        """Prune the transaction journal's history past ``txn_history_retention_ms`` (each
+        transactional id keeps its newest CompleteCommit); returns rows deleted."""
+        with self._connect() as conn:
+            return txn.expire_txn_history(conn, batch=batch)
+
     def enforce_retention(self, batch: int = 10_000) -> int:
         """Apply every topic's retention, deleting in bounded batches; returns records deleted."""
         total = 0

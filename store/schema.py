@@ -104,12 +104,21 @@ settings = sa.Table(
         server_default=sa.text("100000"),
         comment="The most records one produce request may carry.",
     ),
+    sa.Column(
+        "txn_history_retention_ms",
+        sa.BigInteger,
+        nullable=False,
+        server_default=sa.text("604800000"),
+        comment="txn_history rows older than this are pruned by maintenance, except each transactional id's "
+        "newest CompleteCommit (default 7 days).",
+    ),
     sa.CheckConstraint("id = 1", name="single_row"),
     sa.CheckConstraint(
         "producer_id_expiration_ms > 0 AND transaction_max_timeout_ms > 0 "
         "AND transactional_id_expiration_ms > 0 AND max_batch_records > 0",
         name="positive",
     ),
+    sa.CheckConstraint("txn_history_retention_ms > 0", name="txn_history_retention_positive"),
     comment="Store-wide settings (one row), the counterpart of Kafka's broker configuration.",
 )
 
@@ -543,7 +552,8 @@ txn_history = sa.Table(
     sa.CheckConstraint(_in("to_state", TXN_STATES), name="to_state_valid"),
     sa.Index(None, "transactional_id", "id"),
     comment="Append-only history of every transaction state transition and epoch change (written by a "
-    "trigger on transactions; updates and deletes are refused).",
+    "trigger on transactions; updates are refused, deletes too except maintenance pruning past "
+    "settings.txn_history_retention_ms).",
 )
 
 groups = sa.Table(

@@ -153,6 +153,22 @@ def list_transactions(
     return [TransactionStatus(**r._mapping) for r in rows]
 
 
+def expire_txn_history(conn: sa.Connection, *, batch: int = 10_000, now: datetime | None = None) -> int:
+    """Prune the transaction journal's history past ``txn_history_retention_ms`` (each
+    transactional id keeps its newest CompleteCommit), ``batch`` rows per database transaction.
+    Returns the rows deleted. Use an autocommit connection, so each batch commits on its own."""
+    total = 0
+    while n := int(
+        _call(
+            conn,
+            "SELECT expire_txn_history_v1(coalesce(%(now)s, clock_timestamp()), %(batch)s)",
+            {"now": now, "batch": batch},
+        ).scalar_one()
+    ):
+        total += n
+    return total
+
+
 def describe_transaction(conn: sa.Connection, *, transactional_id: str) -> TransactionStatus:
     """The coordinator state of one transactional id."""
     row = _call(conn, _STATUS + " WHERE transactional_id = %(tid)s", {"tid": transactional_id}).one_or_none()

@@ -2,7 +2,8 @@
 
 Nothing depends on it for correctness: readers and initialisers abort expired transactions
 themselves. It keeps the store tidy: times out abandoned transactions (so last stable offsets
-move), expires idle transactional ids and producer state, and applies retention.
+move), expires idle transactional ids and producer state, and applies retention (records, and
+the transaction journal's history).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def coordinator() -> None:
 @click.option("--retention-batch", default=10_000, show_default=True, help="Records deleted per partition per step.")
 @click.pass_obj
 def run(obj: CliContext, interval: float, once: bool, retention_batch: int) -> None:
-    """Expire transactions, transactional ids and producer state; apply retention. Stops on SIGINT/SIGTERM."""
+    """Expire transactions, transactional ids and producer state; apply retention (records and the
+    transaction history). Stops on SIGINT/SIGTERM."""
     if interval <= 0:
         raise click.BadParameter("must be positive", param_hint="--interval")
     stop = threading.Event()
@@ -46,9 +48,10 @@ def run(obj: CliContext, interval: float, once: bool, retention_batch: int) -> N
             aborted = admin.expire_transactions()
             expired = admin.expire_producers()
             deleted = admin.enforce_retention(batch=retention_batch)
+            pruned = admin.expire_txn_history(batch=retention_batch)
             click.echo(
                 f"aborted {aborted} timed-out transactions, expired {expired} producer states, "
-                f"deleted {deleted} records by retention"
+                f"deleted {deleted} records by retention, pruned {pruned} transaction history rows"
             )
             if once or stop.wait(max(interval - (time.monotonic() - started), 0.0)):
                 return
