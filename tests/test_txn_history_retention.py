@@ -1,4 +1,4 @@
-"""Retention of the transaction journal's history (migration 0009).
+"""Retention of the transaction journal's history (migration 0010).
 
 History older than ``txn_history_retention_ms`` is pruned by maintenance, except the newest
 CompleteCommit of each transactional id (so "has it ever committed?" keeps its answer); nothing
