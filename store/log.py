@@ -256,11 +256,8 @@ def consistent_limits(conn: sa.Connection, ranges: Sequence[tuple[str, int, int,
     under which every committed transaction is readable on all of these partitions or on none."""
     rows = _driver(
         conn,
-        "SELECT t.name, r.partition, r.lim FROM unnest(%(topics)s::text[], %(parts)s::integer[], "
-        "consistent_limits_v1((SELECT array_agg(t2.topic_id ORDER BY o.i) FROM unnest(%(topics)s::text[]) "
-        "WITH ORDINALITY AS o(name, i) JOIN topics t2 ON t2.name = o.name), %(parts)s::integer[], "
-        "%(starts)s::bigint[], %(limits)s::bigint[], %(limits)s::bigint[])) AS r(topic, partition, lim) "
-        "JOIN topics t ON t.name = r.topic",
+        "SELECT topic, partition, read_limit FROM read_limits_v1(%(topics)s::text[], %(parts)s::integer[], "
+        "%(starts)s::bigint[], %(limits)s::bigint[])",
         {
             "topics": [r[0] for r in ranges],
             "parts": [r[1] for r in ranges],
@@ -268,7 +265,7 @@ def consistent_limits(conn: sa.Connection, ranges: Sequence[tuple[str, int, int,
             "limits": [r[3] for r in ranges],
         },
     ).all()
-    return {(r.name, int(r.partition)): int(r.lim) for r in rows}
+    return {(r.topic, int(r.partition)): int(r.read_limit) for r in rows}
 
 
 def stable_bounds(conn: sa.Connection, *, topics: Sequence[str]) -> list[PartitionOffsets]:

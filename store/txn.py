@@ -191,17 +191,17 @@ def committed_transactional_ids(conn: sa.Connection, *, pattern: str) -> list[st
 
 
 def abort_open_transactions(conn: sa.Connection, *, pattern: str) -> list[str]:
-    """Abort (through the coordinator, fencing their producers) the open transactions whose
-    transactional ids match the regular expression ``pattern``; returns their ids."""
-    ids = [
-        r[0]
-        for r in _call(
-            conn,
-            "SELECT transactional_id FROM transaction_status WHERE state = 'Ongoing' AND transactional_id ~ %(p)s "
-            "ORDER BY 1",
-            {"p": pattern},
-        ).all()
-    ]
-    for tid in ids:
-        abort_transaction(conn, transactional_id=tid)
-    return ids
+    """Abort the open transactions whose transactional ids match the regular expression
+    ``pattern``, the way a new instance of their producer would: InitProducerId bumps the epoch,
+    fencing the old holder and aborting its transaction. Unlike the operator's abort
+    (:func:`abort_transaction`, admin only) this needs only the client role, which is what a job
+    recovering its own transactional ids (Spark) runs as. Returns the ids aborted."""
+    rows = _call(
+        conn,
+        "SELECT transactional_id, timeout_ms FROM transaction_status WHERE state = 'Ongoing' "
+        "AND transactional_id ~ %(p)s ORDER BY 1",
+        {"p": pattern},
+    ).all()
+    for row in rows:
+        init_producer_id(conn, transactional_id=row.transactional_id, transaction_timeout_ms=int(row.timeout_ms))
+    return [row.transactional_id for row in rows]
