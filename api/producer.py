@@ -108,6 +108,7 @@ class Producer(Client):
         self._txn_timeout_ms = transaction_timeout_ms
         self._txn = TransactionStateMachine(transactional_id) if transactional_id else None
         self._txn_number = 0
+        self._init_timed_out = False  # init_transactions() ran out of time: it may be called again
         self._txn_aborting = False
         self._txn_needs_bump = False
         self._prepared = False
@@ -258,11 +259,20 @@ class Producer(Client):
         """Register the transactional id: fence every older instance (aborting its open
         transaction) and get the epoch this instance writes with. Call once, first."""
         state = self._require_transactional()
-        if state.state is not TxnState.UNINITIALIZED:
+        retry = state.state is TxnState.INITIALIZING and self._init_timed_out
+        if state.state is not TxnState.UNINITIALIZED and not retry:
             raise errors.IllegalStateError(f"init_transactions() was already called (state {state.state.name})")
         started = time.monotonic()
-        state.transition_to(TxnState.INITIALIZING)
-        self._init_identity(bump=False, timeout=timeout)
+        if not retry:
+            state.transition_to(TxnState.INITIALIZING)
+        try:
+            self._init_identity(bump=False, timeout=timeout)
+        except errors.OncelogError as exc:
+            # As in Kafka, a call that ran out of time (the store unreachable, say) may be repeated:
+            # a first InitProducerId that did land only bumped an epoch nobody has used yet.
+            self._init_timed_out = exc.retriable
+            raise
+        self._init_timed_out = False
         state.transition_to(TxnState.READY)
         self._bump_metric("txn_init_time_ms_total", (time.monotonic() - started) * 1000)
 
@@ -477,8 +487,10 @@ class Producer(Client):
             )
         except errors.OncelogError as exc:
             # As in Kafka, a failed InitProducerId (bad timeout, fenced, unknown mapping) leaves
-            # nothing to abort: the producer cannot go on. Retriable errors were retried above.
-            self._txn.transition_to_fatal_error(exc)
+            # nothing to abort: the producer cannot go on. Retriable errors were retried above
+            # until the timeout; init_transactions() may then be called again (not so the bump).
+            if not (exc.retriable and not bump):
+                self._txn.transition_to_fatal_error(exc)
             raise
         self._identity = ProducerIdAndEpoch(ident.producer_id, ident.epoch)
         self._txn_number = ident.txn_number
