@@ -7,6 +7,7 @@ installed wheel as well as from a checkout.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -28,7 +29,9 @@ class SchemaDriftError(SchemaNotReadyError):
 
 
 def _config(connection: sa.Connection, schema: str) -> Config:
-    config = Config()
+    # alembic reports to stdout ("No new upgrade operations detected."); a library must not write
+    # there (callers print JSON on it), so its messages go nowhere: results come back as values.
+    config = Config(stdout=io.StringIO())
     config.set_main_option("script_location", SCRIPT_LOCATION)
     config.attributes["connection"] = connection
     config.attributes["schema"] = validate_schema(schema)

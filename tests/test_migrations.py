@@ -54,6 +54,11 @@ def test_round_trip(empty_db_url: str, schema: str) -> None:
         engine.dispose()
 
 
+def test_check_writes_nothing_to_stdout(engine: sa.Engine, capfd: pytest.CaptureFixture[str]) -> None:
+    migrate.check(engine)  # callers (oncelog verify --json, db check --json) own stdout
+    assert capfd.readouterr().out == ""
+
+
 def test_check_reports_drift(engine: sa.Engine) -> None:
     migrate.check(engine)
     with engine.begin() as conn:
