@@ -2,7 +2,7 @@
 
 ``send()`` serializes a record, picks its partition and queues it; a background sender thread
 sends each partition's batches in order over one autocommit connection (each batch is one
-``produce_v1`` call: one round trip, one database transaction).
+``produce_v2`` call: one round trip, one database transaction).
 
 Exactly-once delivery per partition comes from the store's duplicate detection: a batch keeps its
 producer id, epoch and sequence numbers across retries, so a retry after a lost reply is answered
@@ -115,8 +115,8 @@ class Producer(Client):
         self._linger = linger_ms / 1000
         self._max_block = max_block_ms / 1000
         self._buffer_memory = buffer_memory
-        # Batches of one partition leave one at a time, in order (see the module docstring), so
-        # at most one is in flight per partition; the setting is validated for Kafka parity.
+        # One sender thread sends one batch at a time for the whole producer (docs/design.md), so
+        # this has no effect beyond being validated for Kafka parity.
         self.max_in_flight = max_in_flight
         self._delivery_timeout = delivery_timeout_ms / 1000
         self._backoff = retry_backoff_ms / 1000

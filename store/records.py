@@ -105,13 +105,13 @@ def encode_headers(headers: Headers | None) -> str | None:
     return json.dumps(
         [{"key": k, "value": None if v is None else base64.b64encode(bytes(v)).decode("ascii")} for k, v in headers],
         # jsonb's own text form (", " and ": ", UTF-8 unescaped), so the size a client computes
-        # with record_size() is the size produce_v1 checks against max_message_bytes.
+        # with record_size() is the size produce_v2 checks against max_message_bytes.
         ensure_ascii=False,
     )
 
 
 def record_size(key: bytes | None, value: bytes | None, headers_json: str | None) -> int:
-    """A record's size as produce_v1 counts it against the topic's max_message_bytes."""
+    """A record's size as produce_v2 counts it against the topic's max_message_bytes."""
     return len(key or b"") + len(value or b"") + len(headers_json.encode() if headers_json else b"")
 
 
