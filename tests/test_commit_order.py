@@ -26,6 +26,7 @@ import time
 from collections import Counter, defaultdict
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any, Self
 
 import psycopg
 import pytest
@@ -348,8 +349,8 @@ def test_empty_fetch_reports_the_high_watermark_of_its_own_snapshot(db_url: str)
     watermark > offset): records claimed below the high watermark that the same read did not
     return, which is what a gap looks like to a tailing reader. (Seen with the first fetch,
     which asked list_offsets_v1 for the high watermark after an empty fetch_v1.) The concurrent
-    commit is injected deterministically before every statement of the fetch after its first,
-    with SQLAlchemy's event hook on the reader's own connection."""
+    commit is injected deterministically before every statement of the fetch after its first, by a
+    cursor class installed on the reader's own driver connection."""
     create_topic(db_url, "t", 1)
     reader_engine = create_engine(db_url, poolclass=sa.NullPool)
     writer_engine = create_engine(db_url, poolclass=sa.NullPool)
@@ -361,16 +362,21 @@ def test_empty_fetch_reports_the_high_watermark_of_its_own_snapshot(db_url: str)
             log.produce(writer, topic="t", partition=0, records=[RecordIn(b"a")])
             statements: list[str] = []
 
-            def commit_an_append_first(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
-                statements.append(statement)
-                if len(statements) >= 2:  # the first statement has run; a later one is a new snapshot
-                    log.produce(writer, topic="t", partition=0, records=[RecordIn(f"b{len(statements)}".encode())])
+            class CommitAnAppendFirst(psycopg.Cursor[Any]):
+                """Every statement on the reader's connection, whichever layer sends it (SQLAlchemy
+                or the store's binary cursor), first lets a concurrent append commit, except the
+                first statement: a fetch that needs a second statement reads a later snapshot."""
 
-            sa.event.listen(reader, "before_cursor_execute", commit_an_append_first)
-            try:
-                result = log.fetch(reader, topic="t", partition=0, offset=1)
-            finally:
-                sa.event.remove(reader, "before_cursor_execute", commit_an_append_first)
+                def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Self:
+                    statements.append(str(query))
+                    if len(statements) >= 2:
+                        log.produce(writer, topic="t", partition=0, records=[RecordIn(f"b{len(statements)}".encode())])
+                    return super().execute(query, params, **kwargs)
+
+            dbapi = reader.connection.dbapi_connection
+            assert isinstance(dbapi, psycopg.Connection)
+            dbapi.cursor_factory = CommitAnAppendFirst
+            result = log.fetch(reader, topic="t", partition=0, offset=1)
     finally:
         reader_engine.dispose()
         writer_engine.dispose()

@@ -120,8 +120,12 @@ def test_a_client_recovers_its_jobs_open_transactions(db_url: str, role_urls: di
         engine.dispose()
     # Re-initialised: the open transaction was aborted (its record is marked so), the id is idle.
     assert states == {"job-7-0": "Empty", "other-1": "Ongoing"}
-    with create_engine(db_url).connect() as conn:
-        aborted = {r.value: r.aborted for r in log.read_log(conn, topics=["t"]) if r.control_type is None}
+    owner = create_engine(db_url)
+    try:
+        with owner.connect() as conn:
+            aborted = {r.value: r.aborted for r in log.read_log(conn, topics=["t"]) if r.control_type is None}
+    finally:
+        owner.dispose()
     assert aborted == {b"half": True, b"not mine": False}
     with pytest.raises(errors.ProducerFencedError):
         zombie.commit_transaction()
