@@ -81,19 +81,20 @@ def test_a_role_without_oncelog_rights_is_refused(role_urls: dict[str, str]) -> 
 
 
 @pytest.mark.parametrize(
-    ("ranges", "message"),
+    ("ranges", "error", "message"),
     [
-        ([("nope", 0, 0, 0)], "unknown partition"),
-        ([("t", 7, 0, 0)], "unknown partition"),
-        ([("t", 0, 5, 2)], "start <= limit"),
+        ([("nope", 0, 0, 0)], errors.UnknownTopicOrPartitionError, "unknown partition nope-0"),
+        ([("t", 7, 0, 0)], errors.UnknownTopicOrPartitionError, "unknown partition t-7"),
+        ([("t", 0, 5, 2)], errors.InvalidRequestError, "start <= limit"),
+        ([("t", 0, -1, 2)], errors.InvalidRequestError, "start <= limit"),
     ],
 )
 def test_bad_ranges_are_typed_errors(
-    db_url: str, engine: sa.Engine, ranges: list[tuple[str, int, int, int]], message: str
+    db_url: str, engine: sa.Engine, ranges: list[tuple[str, int, int, int]], error: type[Exception], message: str
 ) -> None:
     with Admin(db_url) as admin:
         admin.create_topic("t", partitions=1)
-    with pytest.raises(errors.UnknownTopicOrPartitionError, match=message), engine.connect() as conn:
+    with pytest.raises(error, match=message), engine.connect() as conn:
         log.consistent_limits(conn, ranges)
 
 

@@ -27,7 +27,12 @@ def coordinator() -> None:
 @coordinator.command()
 @click.option("--interval", default=10.0, show_default=True, help="Seconds between passes (Kafka checks every 10 s).")
 @click.option("--once", is_flag=True, help="Run one pass and exit.")
-@click.option("--retention-batch", default=10_000, show_default=True, help="Records deleted per partition per step.")
+@click.option(
+    "--retention-batch",
+    default=10_000,
+    show_default=True,
+    help="Records deleted per partition per step, and transaction history rows per step.",
+)
 @click.pass_obj
 def run(obj: CliContext, interval: float, once: bool, retention_batch: int) -> None:
     """Expire transactions, transactional ids and producer state; apply retention (records and the

@@ -47,14 +47,20 @@ BEGIN
         PERFORM acl_require_v1('topic', p_topics, 'read');
     END IF;
     SELECT x.name INTO v_missing
-    FROM unnest(p_topics, p_partitions, p_starts, p_limits) AS x(name, part, start, lim)
+    FROM unnest(p_topics, p_starts, p_limits) AS x(name, start, lim)
     WHERE x.start IS NULL OR x.lim IS NULL OR x.start < 0 OR x.lim < x.start
-       OR NOT EXISTS (SELECT 1 FROM partitions pt JOIN topics t USING (topic_id)
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000',
+            MESSAGE = format('a range of topic %L is not 0 <= start <= limit', v_missing);
+    END IF;
+    SELECT format('%s-%s', x.name, x.part) INTO v_missing
+    FROM unnest(p_topics, p_partitions) AS x(name, part)
+    WHERE NOT EXISTS (SELECT 1 FROM partitions pt JOIN topics t USING (topic_id)
                       WHERE t.name = x.name AND pt.partition = x.part)
     LIMIT 1;
     IF FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'OL101',
-            MESSAGE = format('unknown partition, or a range that is not 0 <= start <= limit, in topic %L', v_missing);
+        RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown partition %s', v_missing);
     END IF;
     SELECT array_agg(t.topic_id ORDER BY x.i) INTO v_ids
     FROM unnest(p_topics) WITH ORDINALITY AS x(name, i) JOIN topics t ON t.name = x.name;
