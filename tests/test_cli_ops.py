@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,8 +22,8 @@ from click.testing import CliRunner, Result
 
 from oncelog import Admin, Consumer, Producer, TopicPartition, errors
 from oncelog.cli import cli
-from oncelog.store.engine import database_url
 from oncelog.store.records import decode_headers
+from tests.support.roles import login_roles
 
 #: The runner's environment: nothing inherited that would change what the commands do.
 ENV: dict[str, str | None] = {"ONCELOG_SCHEMA": None, "ONCELOG_DEV_DB_DIR": None, "NO_COLOR": None, "COLUMNS": "200"}
@@ -642,21 +641,11 @@ def test_reset_to_a_point_in_time(db_url: str, admin: Admin, engine: sa.Engine) 
 
 @pytest.fixture
 def logins(db_url: str, engine: sa.Engine) -> Iterator[dict[str, str]]:
-    """A login role for each oncelog role, as URLs (as in test_security.py)."""
-    suffix = uuid.uuid4().hex[:8]
-    names = {kind: f"t_{kind}_{suffix}" for kind in ("reader", "client", "admin")}
-    with engine.begin() as conn:
-        for kind, name in names.items():
-            conn.exec_driver_sql(f"CREATE ROLE {name} LOGIN PASSWORD 'pw-{suffix}' IN ROLE oncelog_{kind}")
-        conn.exec_driver_sql("SELECT create_topic_v1('t', 1)")
-    base = database_url(db_url)
-    yield {
-        kind: base.set(username=name, password=f"pw-{suffix}").render_as_string(hide_password=False)
-        for kind, name in names.items()
-    }
-    with engine.begin() as conn:
-        for name in names.values():
-            conn.exec_driver_sql(f"DROP ROLE {name}")
+    """A login role for each oncelog role, as URLs."""
+    with login_roles(engine, db_url, ("reader", "client", "admin")) as urls:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("SELECT create_topic_v1('t', 1)")
+        yield urls
 
 
 @pytest.mark.parametrize("role", ["reader", "client"])

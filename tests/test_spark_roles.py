@@ -8,7 +8,6 @@ owner's rights (it called an internal function and read the topics table); read_
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -17,22 +16,13 @@ import sqlalchemy as sa
 from oncelog import Admin, Producer, errors
 from oncelog.spark.reader import plan_ranges
 from oncelog.store import create_engine, log, txn
-from oncelog.store.engine import database_url
+from tests.support.roles import login_roles
 
 
 @pytest.fixture
 def role_urls(db_url: str, engine: sa.Engine) -> Iterator[dict[str, str]]:
-    suffix = uuid.uuid4().hex[:8]
-    names = {kind: f"rl_{kind}_{suffix}" for kind in ("reader", "client", "admin", "nobody")}
-    with engine.begin() as conn:
-        for kind, name in names.items():
-            member = "" if kind == "nobody" else f" IN ROLE oncelog_{kind}"
-            conn.exec_driver_sql(f"CREATE ROLE {name} LOGIN PASSWORD 'pw'{member}")
-    base = database_url(db_url).set(password="pw")
-    yield {kind: base.set(username=name).render_as_string(hide_password=False) for kind, name in names.items()}
-    with engine.begin() as conn:
-        for name in names.values():
-            conn.exec_driver_sql(f"DROP ROLE {name}")
+    with login_roles(engine, db_url) as urls:
+        yield urls
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ else may delete or change history.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -17,7 +16,7 @@ import sqlalchemy as sa
 
 from oncelog import Admin, Producer
 from oncelog.store import txn
-from oncelog.store.engine import database_url
+from tests.support.roles import login_roles
 
 LATER = timedelta(days=8)  # past the default retention of 7 days
 
@@ -103,30 +102,20 @@ def test_history_stays_append_only_for_the_owner(engine: sa.Engine, sql: str) ->
 
 @pytest.mark.usefixtures("journal")
 def test_only_the_admin_role_may_prune(db_url: str, engine: sa.Engine) -> None:
-    suffix = uuid.uuid4().hex[:8]
-    names = {kind: f"h_{kind}_{suffix}" for kind in ("client", "admin")}
-    with engine.begin() as conn:
-        for kind, name in names.items():
-            conn.exec_driver_sql(f"CREATE ROLE {name} LOGIN PASSWORD 'pw' IN ROLE oncelog_{kind}")
-    base = database_url(db_url).set(password="pw").set(drivername="postgresql")
     later = datetime.now(UTC) + LATER
-    try:
-        client = base.set(username=names["client"]).render_as_string(hide_password=False)
+    with login_roles(engine, db_url, ("client", "admin")) as urls:
+        client = urls["client"].replace("postgresql+psycopg", "postgresql")
         with psycopg.connect(client, autocommit=True, options="-c search_path=oncelog") as conn:
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute("SELECT expire_txn_history_v1(%s)", (later,))
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute("DELETE FROM txn_history")
-        admin = base.set(username=names["admin"]).render_as_string(hide_password=False)
+        admin = urls["admin"].replace("postgresql+psycopg", "postgresql")
         with psycopg.connect(admin, autocommit=True, options="-c search_path=oncelog") as conn:
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute("DELETE FROM txn_history")  # only through the function
             deleted = conn.execute("SELECT expire_txn_history_v1(%s)", (later,)).fetchone()
             assert deleted is not None and deleted[0] > 0
-    finally:
-        with engine.begin() as conn:
-            for name in names.values():
-                conn.exec_driver_sql(f"DROP ROLE {name}")
 
 
 def test_the_maintenance_loop_prunes(db_url: str) -> None:
