@@ -31,7 +31,6 @@ pipeline, latency and wake-up measurement starts from an empty log (earlier reco
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -53,10 +52,13 @@ import psycopg
 
 from bench.produce import (
     Bench,
+    bench_parser,
     code_info,
+    emit,
     fmt_settings,
     log,
     machine_info,
+    repeat_count,
     resolve_target,
     run_threads,
     server_info,
@@ -787,22 +789,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return member_main(*args_in[1:6])
     if args_in[:1] == ["_waiter"]:
         return waiter_main(args_in[1], args_in[2], int(args_in[3]), int(args_in[4]))
-    parser = argparse.ArgumentParser(prog="bench.pipeline", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny record counts (a smoke test, not a measurement)")
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
-    parser.add_argument(
-        "--repeat", type=int, metavar="N", help="runs per throughput measurement (default 2; 1 with --quick)"
-    )
+    parser = bench_parser("bench.pipeline", __doc__, "runs per throughput measurement (default 2; 1 with --quick)")
     args = parser.parse_args(args_in)
-    repeat = args.repeat if args.repeat is not None else (1 if args.quick else 2)
-    if repeat < 1:
-        parser.error("--repeat must be at least 1")
-    result = run(args.quick, repeat)
-    sys.stdout.write(render(result))
-    if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result, indent=2) + "\n")
+    result = run(args.quick, repeat_count(parser, args, 2))
+    emit(result, render(result), args.json)
     return 0
 
 

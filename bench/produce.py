@@ -660,12 +660,35 @@ def _terminate(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench.produce", description=__doc__.split("\n\n")[0])
+def bench_parser(prog: str, doc: str, repeat_help: str) -> argparse.ArgumentParser:
+    """The options every benchmark takes: --quick, --json PATH and --repeat N."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--quick", action="store_true", help="tiny record counts (a smoke test, not a measurement)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
-    parser.add_argument(
-        "--repeat", type=int, metavar="N", help="runs per measurement, the median reported (default 3; 1 with --quick)"
+    parser.add_argument("--repeat", type=int, metavar="N", help=repeat_help)
+    return parser
+
+
+def repeat_count(parser: argparse.ArgumentParser, args: argparse.Namespace, default: int) -> int:
+    """--repeat, or ``default`` (1 with --quick); refused below 1."""
+    repeat: int = args.repeat if args.repeat is not None else (1 if args.quick else default)
+    if repeat < 1:
+        parser.error("--repeat must be at least 1")
+    return repeat
+
+
+def emit(result: dict[str, Any], rendered: str, json_path: str | None) -> None:
+    """Print the markdown; write the JSON results too when asked."""
+    sys.stdout.write(rendered)
+    if json_path:
+        path = Path(json_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = bench_parser(
+        "bench.produce", __doc__, "runs per measurement, the median reported (default 3; 1 with --quick)"
     )
     parser.add_argument(
         "--only",
@@ -675,16 +698,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # On SIGTERM (e.g. a timeout), unwind normally so the run's database is still dropped.
     signal.signal(signal.SIGTERM, _terminate)
-    repeat = args.repeat if args.repeat is not None else (1 if args.quick else 3)
-    if repeat < 1:
-        parser.error("--repeat must be at least 1")
+    repeat = repeat_count(parser, args, 3)
     only = [part.strip() for part in args.only.split(",") if part.strip()] if args.only else []
     result = run(args.quick, repeat, only)
-    sys.stdout.write(render(result))
-    if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result, indent=2) + "\n")
+    emit(result, render(result), args.json)
     return 0
 
 

@@ -32,8 +32,6 @@ migrated to head first and dropped at the end (see ``bench/produce.py``, whose s
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import sys
@@ -52,10 +50,13 @@ from bench.produce import (
     Bench,
     Data,
     Measurement,
+    bench_parser,
     code_info,
+    emit,
     fmt_settings,
     log,
     machine_info,
+    repeat_count,
     resolve_target,
     server_info,
     summarize,
@@ -757,22 +758,12 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench.transactions", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny record counts (a smoke test, not a measurement)")
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
-    parser.add_argument(
-        "--repeat", type=int, metavar="N", help="runs per measurement, the median reported (default 3; 1 with --quick)"
+    parser = bench_parser(
+        "bench.transactions", __doc__, "runs per measurement, the median reported (default 3; 1 with --quick)"
     )
     args = parser.parse_args(argv)
-    repeat = args.repeat if args.repeat is not None else (1 if args.quick else 3)
-    if repeat < 1:
-        parser.error("--repeat must be at least 1")
-    result = run(args.quick, repeat)
-    sys.stdout.write(render(result))
-    if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result, indent=2) + "\n")
+    result = run(args.quick, repeat_count(parser, args, 3))
+    emit(result, render(result), args.json)
     return 0
 
 
