@@ -541,7 +541,7 @@ def test_write_job_id_that_prefixes_another_job_is_not_already_committed(
 
 
 def test_two_concurrent_attempts_of_one_task_only_one_commits(db_url: str, admin: sa.Connection) -> None:
-    """What speculative execution produces: attempt A of task 0 has sent its rows and is slow; a
+    """What speculative execution produces: attempt A of task 0 has queued its rows and is slow; a
     copy B of the same task (same transactional id) starts, writes and prepares. B's init fences A
     and aborts A's open transaction, so A's transaction can never commit; B's commits once."""
     topics.create_topic(admin, name=OUT, partitions=1)
@@ -583,7 +583,10 @@ def test_two_concurrent_attempts_of_one_task_only_one_commits(db_url: str, admin
     assert driver_commit(admin, b_out.prepared) == "committed"
     got = committed_in_store(admin, OUT, 1)
     assert sorted(r.value.decode() for r in got.values()) == sorted(f"r{i}" for i in range(10))
-    assert sum(high_watermarks(admin, OUT).values()) == 10 + 10 + 2  # A's (aborted) + B's, 2 markers
+    # The hook runs once A's rows are queued, not necessarily sent (linger): either A's batch landed
+    # before B's init fenced it (then it is aborted: its 10 records and an abort marker are in the
+    # log) or A's send was refused as fenced and nothing of A is there. B: 10 records + a commit marker.
+    assert sum(high_watermarks(admin, OUT).values()) in (10 + 1, 10 + 10 + 2)
 
 
 # --- 6. run_pipeline --------------------------------------------------------------------------------
