@@ -20,6 +20,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from operator import itemgetter
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -39,6 +41,9 @@ logger = logging.getLogger(__name__)
 _ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 _RESETS = ("earliest", "latest", "none")
 _ASSIGNORS = ("range", "roundrobin")
+#: A record's value by position, in a FetchedRecord and in a ConsumerRecord (bytes-consumed metric).
+_VALUE = itemgetter(2)
+_TAGGED_VALUE = itemgetter(4)
 
 RebalanceCallback = Callable[[set[TopicPartition]], None]
 
@@ -120,6 +125,9 @@ class Consumer(Client):
         self._max_backoff = fetch_max_backoff_ms / 1000
         self._key_de = resolve_deserializer(key_deserializer)
         self._value_de = resolve_deserializer(value_deserializer)
+        # The store hands bytes over, so the default deserializers would only check them again:
+        # with both, poll() returns the records the store builds (see _fetch).
+        self._raw_records = self._key_de is deserialize_bytes and self._value_de is deserialize_bytes
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
         self._paused: set[TopicPartition] = set()
@@ -352,23 +360,25 @@ class Consumer(Client):
                 self._reset_position(tp)
                 continue
             if part.records:
-                topic, partition = tp.topic, tp.partition
-                key_de, value_de = self._key_de, self._value_de
-                # The store hands bytes over; the default deserializer would only check that again.
-                raw_keys, raw_values = key_de is deserialize_bytes, value_de is deserialize_bytes
-                out.extend(
-                    ConsumerRecord(
-                        topic,
-                        partition,
-                        r.offset,
-                        r.key if raw_keys else key_de(r.key),
-                        r.value if raw_values else value_de(r.value),
-                        r.headers,
-                        r.timestamp,
-                        r.producer_id,
+                if self._raw_records:
+                    out.extend(part.records)  # ConsumerRecords already (see _fetch)
+                else:
+                    topic, partition = tp.topic, tp.partition
+                    key_de, value_de = self._key_de, self._value_de
+                    raw_keys, raw_values = key_de is deserialize_bytes, value_de is deserialize_bytes
+                    out.extend(
+                        ConsumerRecord(
+                            topic,
+                            partition,
+                            r.offset,
+                            r.key if raw_keys else key_de(r.key),
+                            r.value if raw_values else value_de(r.value),
+                            r.headers,
+                            r.timestamp,
+                            r.producer_id,
+                        )
+                        for r in part.records
                     )
-                    for r in part.records
-                )
                 advanced[tp] = part.records[-1].offset + 1
             if not part.records and part.read_limit is not None:
                 # Nothing visible before where this read stopped: only markers (and aborted
@@ -382,12 +392,13 @@ class Consumer(Client):
 
     def _record_fetch(
         self,
-        result: Mapping[tuple[str, int], PartitionFetch],
+        result: Mapping[tuple[str, int], PartitionFetch[Any]],
         records: list[ConsumerRecord],
         fetch_ms: float,
         read_committed: bool,
     ) -> None:
-        consumed = sum(len(r.value) for p in result.values() for r in p.records if r.value is not None)
+        value = _TAGGED_VALUE if self._raw_records else _VALUE
+        consumed = sum(sum(map(len, filter(None, map(value, p.records)))) for p in result.values())
         with self._metrics_lock:
             m = self._metrics
             m["records_consumed_total"] += len(records)
@@ -437,13 +448,20 @@ class Consumer(Client):
 
     def _fetch(
         self, positions: Mapping[tuple[str, int], int], per_partition: int, read_committed: bool
-    ) -> dict[tuple[str, int], PartitionFetch]:
-        """One fetch on poll()'s kept connection (dropped on any error)."""
+    ) -> dict[tuple[str, int], PartitionFetch[Any]]:
+        """One fetch on poll()'s kept connection (dropped on any error). With the default
+        deserializers the store builds the ConsumerRecords itself (the bytes need no decoding)."""
         if self._fetch_conn is None:
             self._fetch_conn = self._connect()
         conn = self._fetch_conn
         try:
-            result = log.fetch_many(conn, positions, max_records=per_partition, read_committed=read_committed)
+            result: dict[tuple[str, int], PartitionFetch[Any]]
+            if self._raw_records:
+                result = log.fetch_many_tagged(
+                    conn, positions, ConsumerRecord, max_records=per_partition, read_committed=read_committed
+                )
+            else:
+                result = log.fetch_many(conn, positions, max_records=per_partition, read_committed=read_committed)
             if read_committed and any(part.expired_transaction for part in result.values()):
                 # An abandoned transaction past its timeout holds the last stable offset back:
                 # readers abort it themselves, so no maintenance process is needed.

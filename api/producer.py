@@ -135,6 +135,11 @@ class Producer(Client):
         self._closing = False
         self._in_flight = 0
         self._sending: set[int] = set()  # ids of the batches the sender holds right now
+        # commit_transaction() names the transaction it commits here; the sender then sends that
+        # transaction's last batch together with EndTxn (one database transaction, one round trip:
+        # produce_end_txn_v1) and leaves EndTxn's outcome for it. Both under _cond.
+        self._commit_number: int | None = None
+        self._commit_outcome: tuple[int, str] | None = None  # (transaction number, EndTxn's outcome)
 
         # Sender-thread state (only the sender thread touches these after start).
         self._identity: ProducerIdAndEpoch | None = None
@@ -297,10 +302,25 @@ class Producer(Client):
         started = time.monotonic()
         if not state.require_can_commit():
             state.transition_to(TxnState.COMMITTING_TRANSACTION)
+        with self._cond:
+            self._commit_number = self._txn_number
+        # A timeout here leaves the state COMMITTING_TRANSACTION: the application calls
+        # commit_transaction() again, and the sender keeps retrying a batch sent with EndTxn
+        # until its outcome is known (which decides the transaction's).
         self.flush(timeout)
+        with self._cond:
+            outcome = self._take_commit_outcome(self._txn_number)
         if state.has_error:
             state.require_can_commit()  # raises the error a send recorded
-        self._end_txn(commit=True, timeout=timeout)
+        if outcome is None:
+            # Nothing was left to send with it (or that send failed and was retried apart).
+            self._end_txn(commit=True, timeout=timeout)
+        elif outcome == "timed_out":
+            exc = errors.TransactionTimeoutError(
+                f"transaction {self._txn_number} of {self.transactional_id!r} exceeded its timeout and was aborted"
+            )
+            self._record_txn_error(exc)
+            raise exc
         state.transition_to(TxnState.READY)
         self._bump_metric("txn_commit_total")
         self._bump_metric("txn_commit_time_ms_total", (time.monotonic() - started) * 1000)
@@ -722,22 +742,29 @@ class Producer(Client):
                 batch.base_sequence = self._next_sequence.get(batch.tp, 0)
                 self._next_sequence[batch.tp] = (batch.base_sequence + len(batch.records)) % _SEQUENCE_MODULUS
             batch.attempts += 1
-            result = log.produce(
-                self._connection(),
-                topic=batch.tp.topic,
-                partition=batch.tp.partition,
-                records=[RecordIn(r.value, r.key, r.headers, r.timestamp) for r in batch.records],
-                producer_id=batch.producer_id,
-                producer_epoch=batch.epoch,
-                base_sequence=batch.base_sequence,
-                transactional_id=self.transactional_id,
-                txn_number=batch.txn_number,
-            )
+            batch_args: dict[str, Any] = {
+                "topic": batch.tp.topic,
+                "partition": batch.tp.partition,
+                "records": [RecordIn(r.value, r.key, r.headers, r.timestamp) for r in batch.records],
+                "producer_id": batch.producer_id,
+                "producer_epoch": batch.epoch,
+                "base_sequence": batch.base_sequence,
+                "transactional_id": self.transactional_id,
+                "txn_number": batch.txn_number,
+            }
+            outcome = None
+            if batch.ends_txn or self._commits_with(batch):
+                batch.ends_txn = True
+                result, outcome = log.produce_end_txn(self._connection(), **batch_args)
+            else:
+                result = log.produce(self._connection(), **batch_args)
         except errors.OncelogError as exc:
             self._on_error(batch, exc, started)
             return
         self._record_latency(started, batch)
         with self._cond:
+            if outcome is not None and batch.txn_number is not None:
+                self._commit_outcome = (batch.txn_number, outcome)  # before flush() sees the batch complete
             self._acc.complete(batch)
             self._cond.notify_all()
         for i, rec in enumerate(batch.records):
@@ -750,6 +777,22 @@ class Producer(Client):
                         timestamp=rec.timestamp or result.log_append_time,
                     )
                 )
+
+    def _take_commit_outcome(self, txn_number: int) -> str | None:
+        """Under _cond: the outcome of the EndTxn the sender sent with transaction ``txn_number``'s
+        last batch, if it did."""
+        done, self._commit_outcome = self._commit_outcome, None
+        return done[1] if done is not None and done[0] == txn_number else None
+
+    def _commits_with(self, batch: ProducerBatch) -> bool:
+        """Whether ``batch`` is the last one of the transaction commit_transaction() is committing:
+        then it carries EndTxn. No record can join the transaction once its commit has begun, so
+        a batch alone in the accumulator stays the last; a retry of it carries EndTxn again (a
+        retry after a commit that landed is answered as already committed, migration 0013)."""
+        if self._txn is None or batch.txn_number is None:
+            return False
+        with self._cond:
+            return self._commit_number == batch.txn_number and len(self._acc) == 1 and not self._txn_aborting
 
     def _on_error(self, batch: ProducerBatch, exc: errors.OncelogError, started: float) -> None:
         now = time.monotonic()
@@ -794,7 +837,11 @@ class Producer(Client):
         only abort (or, fenced, the producer is finished)."""
         if exc.retriable:
             self._drop_connection(invalidate=True)
-            if now - batch.created <= self._delivery_timeout and not self._txn_aborting:
+            # A batch sent with EndTxn is retried past the delivery timeout: its first attempt may
+            # have committed the transaction, so only its answer can say whether it did (failing it
+            # would have the application abort a transaction that may be committed).
+            in_time = now - batch.created <= self._delivery_timeout or batch.ends_txn
+            if in_time and not self._txn_aborting:
                 self._schedule_retry(batch, now, exc)
                 return
             # Unknown outcome: the abort that must follow also bumps the epoch.

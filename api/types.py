@@ -36,9 +36,12 @@ class RecordMetadata:
         return TopicPartition(self.topic, self.partition)
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerRecord:
-    """A record returned by :meth:`oncelog.Consumer.poll` (keys and values deserialized)."""
+class ConsumerRecord(NamedTuple):
+    """A record returned by :meth:`oncelog.Consumer.poll` (keys and values deserialized).
+
+    A named tuple, as in kafka-python: poll() builds one per record, and a tuple costs a fifth of
+    a frozen dataclass to build (bench.transactions, read cases).
+    """
 
     topic: str
     partition: int

@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 from oncelog.errors import InvalidRecordError
 
@@ -48,15 +48,19 @@ class FetchedRecord(NamedTuple):
     sequence: int | None = None
 
 
+#: The record type a fetch builds: FetchedRecord, or a caller's tagged record (``fetch_many_tagged``).
+R = TypeVar("R")
+
+
 @dataclass(slots=True)
-class PartitionFetch:
+class PartitionFetch(Generic[R]):
     """What one fetch saw of one partition: records, the offsets bounding them, or an error.
 
     ``expired_transaction``: an open transaction past its timeout holds the last stable offset
     back; the reader should have it aborted (``expire_transactions``) and fetch again.
     """
 
-    records: list[FetchedRecord]
+    records: list[R]
     log_start_offset: int | None
     high_watermark: int | None
     last_stable_offset: int | None

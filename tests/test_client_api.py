@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 import oncelog
-from oncelog import Admin, Consumer, Producer, TopicPartition, errors
+from oncelog import Admin, Consumer, ConsumerRecord, Producer, TopicPartition, errors
 from oncelog.partitioner import partition_for_key
 from oncelog.store import log
 
@@ -84,6 +84,16 @@ def test_order_headers_timestamps_and_serializers(db_url: str, admin: Admin) -> 
         sent = [i for i in range(50) if f"k{i % 3}" == key]
         got = [r.value["n"] for r in sorted(records, key=lambda r: r.offset) if r.key == key]
         assert got == sent
+    # The default (bytes) deserializers take the store's own records (built in one step, not
+    # re-mapped): every field must match the deserializing path's, only key and value stay bytes.
+    raw = {(r.partition, r.offset): r for r in _read_all(db_url, "typed", 2)}
+    assert raw.keys() == by_offset.keys()
+    for where, rec in by_offset.items():
+        plain = raw[where]
+        assert isinstance(plain, ConsumerRecord) and plain.topic_partition == TopicPartition("typed", where[0])
+        assert (plain.key.decode(), json.loads(plain.value)) == (rec.key, rec.value)
+        assert plain._replace(key=rec.key, value=rec.value) == rec
+        assert plain.producer_id is not None and plain.producer_id == rec.producer_id
 
 
 def test_bad_input_is_a_typed_error_and_sends_nothing(db_url: str, admin: Admin) -> None:

@@ -11,7 +11,8 @@ statement preparation, a round trip of its own, in front of that request). The w
 records what each call returned (so a retried EndTxn's ``already_committed`` is observed, not
 inferred).
 
-Steps: the first produce call of the transaction, the last one, and the EndTxn. Faults: the request
+Steps: the first produce call of the transaction, the last one (which carries EndTxn: one call,
+``produce_end_txn``), and EndTxn alone (the batches flushed before the commit). Faults: the request
 never reaches the server (``cut_before_next_request``); the server commits it and the reply is lost
 (``cut_after_next_reply(precise=True)``). Recoveries: the producer's own retries get through
 (``retry``), or new connections are refused until the producer gives up (``give_up``: the
@@ -107,13 +108,19 @@ class Seam:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, proxy: FaultProxy) -> None:
         self.proxy = proxy
         self.lock = threading.Lock()
-        self.calls: dict[str, list[tuple[dict[str, Any], Any]]] = {"produce": [], "end_txn": [], "init": []}
+        self.calls: dict[str, list[tuple[dict[str, Any], Any]]] = {
+            "produce": [],
+            "produce_end_txn": [],
+            "end_txn": [],
+            "init": [],
+        }
         self._armed: tuple[str, int, str, bool] | None = None
         self._counts: Counter[str] = Counter()
         self.fired = False
         self.fired_call: dict[str, Any] = {}
         for kind, module, name in (
             ("produce", oncelog.store.log, "produce"),
+            ("produce_end_txn", oncelog.store.log, "produce_end_txn"),
             ("end_txn", oncelog.store.txn, "end_txn"),
             ("init", oncelog.store.txn, "init_producer_id"),
         ):
@@ -345,7 +352,9 @@ def finish(
 
 # --- a fault at each step, and each recovery --------------------------------------------------
 
-STEPS = {"produce_first": ("produce", 0), "produce_last": ("produce", PARTITIONS - 1), "end_txn": ("end_txn", 0)}
+# The last batch goes with EndTxn in one call (produce_end_txn); EndTxn goes alone when nothing is
+# left to send at the commit (the batches were flushed first).
+STEPS = {"produce_first": ("produce", 0), "produce_last": ("produce_end_txn", 0), "end_txn": ("end_txn", 0)}
 
 
 @pytest.mark.timeout(90)
@@ -364,7 +373,7 @@ def test_fault_at_each_commit_step_is_all_or_nothing(
     recovery: str,
 ) -> None:
     create_topic(db_url)
-    give_up_produce = recovery == "give_up" and step != "end_txn"
+    give_up_produce = recovery == "give_up" and step == "produce_first"
     config: dict[str, Any] = {"delivery_timeout_ms": 1500} if give_up_produce else {}
     with open_producer(proxied_url, **config) as producer:
         producer.init_transactions()
@@ -375,6 +384,8 @@ def test_fault_at_each_commit_step_is_all_or_nothing(
         kind, nth = STEPS[step]
         seam.arm(kind, nth, fault, block=recovery == "give_up")
 
+        if step == "end_txn":
+            producer.flush(WAIT)  # the batches are out before the fault: only EndTxn meets it
         if recovery == "retry":
             producer.commit_transaction()
             # T1's records and marker come first in every partition.
@@ -406,10 +417,12 @@ def test_fault_at_each_commit_step_is_all_or_nothing(
             )
             outcome = "aborted"
         else:
-            # EndTxn: commit_transaction's own timeout passes while new connections are refused.
-            producer.flush(WAIT)  # the batches are out before the fault: only EndTxn meets it
-            with pytest.raises(errors.DatabaseUnavailableError):
+            # EndTxn, alone or with the last batch: commit_transaction's own timeout passes while
+            # new connections are refused. The outcome decides the transaction's, so it is not
+            # given up: the producer stays committing and the application calls commit again.
+            with pytest.raises((errors.DatabaseUnavailableError, errors.DeliveryTimeoutError)) as failed:
                 producer.commit_transaction(timeout=1.5)
+            assert failed.value.retriable
             assert state_of(producer) is TxnState.COMMITTING_TRANSACTION
             assert proxy.stats.connections_refused >= 1
             # Meanwhile readers see the whole transaction (reply lost: it committed) or none of it.
@@ -425,10 +438,19 @@ def test_fault_at_each_commit_step_is_all_or_nothing(
         assert journal(direct, txn_number) == ["CompleteCommit" if outcome == "committed" else "CompleteAbort"]
 
         end_txns = seam.outcomes("end_txn", txn_number=txn_number)
-        if step == "end_txn":
+        # What each combined call's EndTxn answered (or the error it raised).
+        combined = [o if isinstance(o, str) else o[1] for o in seam.outcomes("produce_end_txn", txn_number=txn_number)]
+        if step in ("end_txn", "produce_last"):
+            calls = end_txns if step == "end_txn" else combined
+            assert (combined if step == "end_txn" else end_txns) == []
             retried = "already_committed" if fault == CUT_AFTER else "committed"
-            assert end_txns[0] == "DatabaseUnavailableError" and end_txns[-1] == retried, end_txns
-            assert set(end_txns[1:-1]) <= {"DatabaseUnavailableError"}, end_txns
+            assert calls[0] == "DatabaseUnavailableError" and calls[-1] == retried, calls
+            assert set(calls[1:-1]) <= {"DatabaseUnavailableError"}, calls
+        if step == "produce_last":
+            # The retry after a lost reply is answered with the batch's offsets, as a duplicate.
+            last = seam.outcomes("produce_end_txn", txn_number=txn_number)[-1][0]
+            assert last.duplicate is (fault == CUT_AFTER), last
+        elif step == "end_txn":
             if fault == CUT_AFTER and recovery == "retry":
                 # Scenario 9: the commit is done; a retry is answered without a second effect and
                 # an abort of it is refused.
@@ -445,13 +467,17 @@ def test_fault_at_each_commit_step_is_all_or_nothing(
                         )
                 assert journal(direct, txn_number) == ["CompleteCommit"]
         elif outcome == "committed":
-            assert end_txns == ["committed"], end_txns
-            produced = seam.outcomes("produce", partition=seam.fired_call["partition"])[-2:]
+            assert (end_txns, combined) == ([], ["committed"]), (end_txns, combined)
+            # The failed batch's retry goes alone, or with EndTxn when it is the last one left.
+            faulted = seam.fired_call["partition"]
+            alone = seam.outcomes("produce", partition=faulted)
+            with_end = [o if isinstance(o, str) else o[0] for o in seam.outcomes("produce_end_txn", partition=faulted)]
+            produced = (alone + with_end)[-2:]
             assert produced[0] == "DatabaseUnavailableError", produced
             # The retry after a lost reply is recognised as a duplicate (same offsets).
             assert produced[1].duplicate is (fault == CUT_AFTER), produced
         else:
-            assert end_txns == ["aborted"], end_txns
+            assert (end_txns, combined) == (["aborted"], []), (end_txns, combined)
 
         finish(producer, direct, checker, ["T1", "T2"] if outcome == "committed" else ["T1"], txn_number)
 
