@@ -76,6 +76,7 @@ class TidM:
     state: str = "Empty"
     txn: int = 0
     timed_out: bool = False  # the open transaction is past its timeout
+    opened: int = 0  # when its open transaction started, in the model's order of events
     parts: dict[int, int | None] = field(default_factory=dict)  # open transaction: partition -> first offset
     history: list[tuple[str | None, str, int, int, int]] = field(default_factory=list)
 
@@ -98,6 +99,7 @@ class Model:
         self.producers: dict[int, ProducerM] = {}
         self.logs: list[list[Entry]] = [[] for _ in range(PARTITIONS)]
         self.seqs: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, partition) -> (epoch, next sequence)
+        self._clock = itertools.count(1)  # orders the transactions' starts
 
     # internal transitions
 
@@ -114,6 +116,7 @@ class Model:
         t = self.tids[tid]
         if t.state != "Ongoing":
             t.txn = n
+            t.opened = next(self._clock)
             self._move(tid, "Ongoing")
             t.timed_out = False
             t.parts = {}
@@ -263,7 +266,8 @@ class Model:
         from now) every id in Empty/Complete* is also past the transactional id expiration -- including
         one this very call aborted (its change is stamped with the real clock, days before ``now``)."""
         aborted = 0
-        for tid in sorted(self.tids):
+        # Oldest transaction first, as the store aborts them (its markers land in that order).
+        for tid in sorted(self.tids, key=lambda x: (self.tids[x].opened, x)):
             if self.tids[tid].state == "Ongoing":
                 self._fence_abort(tid, True)
                 aborted += 1
@@ -294,8 +298,28 @@ class Model:
         ]
         return min([len(self.logs[partition]), *firsts])
 
+    def read_limits(self) -> list[int]:
+        """Where a read_committed fetch of every partition at once stops: each last stable offset,
+        pulled back (until nothing changes) to the first record of any committed transaction that
+        has a record at or past some partition's limit, the same partition's included: a
+        transaction is returned whole or not at all (beyond Kafka, which returns what is below
+        the LSO)."""
+        limits = [self.lso(p) for p in range(PARTITIONS)]
+        changed = True
+        while changed:
+            changed = False
+            for p in range(PARTITIONS):
+                here = {e.txn for e in self.logs[p][: limits[p]] if e.txn and e.control is None and not e.aborted}
+                beyond = {e.txn for q in range(PARTITIONS) for e in self.logs[q][limits[q] :] if e.control is None}
+                torn = here & beyond
+                cut = min((o for o, e in enumerate(self.logs[p][: limits[p]]) if e.txn in torn), default=limits[p])
+                if cut < limits[p]:
+                    limits[p], changed = cut, True
+        return limits
+
     def read(self, partition: int, committed: bool) -> list[bytes]:
-        end = self.lso(partition) if committed else len(self.logs[partition])
+        """What a fetch of every partition at once returns of ``partition``."""
+        end = self.read_limits()[partition] if committed else len(self.logs[partition])
         return [
             e.value
             for e in self.logs[partition][:end]

@@ -115,7 +115,8 @@ def test_the_proxy_follows_a_server_that_moved(server_url: str) -> None:
     url = make_url(server_url)
     assert url.host is not None and url.port is not None
     with FaultProxy(url.host, _free_port(), allow_remote=True) as proxy:
-        through = proxy.url_for(server_url)
+        # psycopg takes a libpq URL: no SQLAlchemy driver suffix (ONCELOG_DATABASE_URL's has one).
+        through = proxy.url_for(url.set(drivername="postgresql").render_as_string(hide_password=False))
         with pytest.raises(psycopg.OperationalError):
             psycopg.connect(through, connect_timeout=10).close()
         proxy.set_upstream(url.host, url.port)
