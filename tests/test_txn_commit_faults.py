@@ -375,6 +375,10 @@ def test_fault_at_each_commit_step_is_all_or_nothing(
     create_topic(db_url)
     give_up_produce = recovery == "give_up" and step == "produce_first"
     config: dict[str, Any] = {"delivery_timeout_ms": 1500} if give_up_produce else {}
+    if recovery == "give_up" and step == "produce_last":
+        # Shorter than commit_transaction's timeout below: the batch carrying EndTxn must still be
+        # retried after its delivery timeout (its first attempt may have committed).
+        config = {"delivery_timeout_ms": 500}
     with open_producer(proxied_url, **config) as producer:
         producer.init_transactions()
         commit_one(producer, "T1")  # warm: connections open, metadata cached
