@@ -137,9 +137,9 @@ class Producer(Client):
         self._sending: set[int] = set()  # ids of the batches the sender holds right now
         # commit_transaction() names the transaction it commits here; the sender then sends that
         # transaction's last batch together with EndTxn (one database transaction, one round trip:
-        # produce_end_txn_v1) and leaves EndTxn's outcome for it. Both under _cond.
+        # produce_end_txn_v1) and, once that committed, names it in _committed_with_batch. Under _cond.
         self._commit_number: int | None = None
-        self._commit_outcome: tuple[int, str] | None = None  # (transaction number, EndTxn's outcome)
+        self._committed_with_batch: int | None = None
 
         # Sender-thread state (only the sender thread touches these after start).
         self._identity: ProducerIdAndEpoch | None = None
@@ -309,18 +309,11 @@ class Producer(Client):
         # until its outcome is known (which decides the transaction's).
         self.flush(timeout)
         with self._cond:
-            outcome = self._take_commit_outcome(self._txn_number)
+            committed, self._committed_with_batch = self._committed_with_batch == self._txn_number, None
         if state.has_error:
             state.require_can_commit()  # raises the error a send recorded
-        if outcome is None:
-            # Nothing was left to send with it (or that send failed and was retried apart).
+        if not committed:  # nothing was left to send with EndTxn
             self._end_txn(commit=True, timeout=timeout)
-        elif outcome == "timed_out":
-            exc = errors.TransactionTimeoutError(
-                f"transaction {self._txn_number} of {self.transactional_id!r} exceeded its timeout and was aborted"
-            )
-            self._record_txn_error(exc)
-            raise exc
         state.transition_to(TxnState.READY)
         self._bump_metric("txn_commit_total")
         self._bump_metric("txn_commit_time_ms_total", (time.monotonic() - started) * 1000)
@@ -752,10 +745,9 @@ class Producer(Client):
                 "transactional_id": self.transactional_id,
                 "txn_number": batch.txn_number,
             }
-            outcome = None
             if batch.ends_txn or self._commits_with(batch):
                 batch.ends_txn = True
-                result, outcome = log.produce_end_txn(self._connection(), **batch_args)
+                result, _ = log.produce_end_txn(self._connection(), **batch_args)  # committed (or already)
             else:
                 result = log.produce(self._connection(), **batch_args)
         except errors.OncelogError as exc:
@@ -763,8 +755,8 @@ class Producer(Client):
             return
         self._record_latency(started, batch)
         with self._cond:
-            if outcome is not None and batch.txn_number is not None:
-                self._commit_outcome = (batch.txn_number, outcome)  # before flush() sees the batch complete
+            if batch.ends_txn:
+                self._committed_with_batch = batch.txn_number  # before flush() sees the batch complete
             self._acc.complete(batch)
             self._cond.notify_all()
         for i, rec in enumerate(batch.records):
@@ -777,12 +769,6 @@ class Producer(Client):
                         timestamp=rec.timestamp or result.log_append_time,
                     )
                 )
-
-    def _take_commit_outcome(self, txn_number: int) -> str | None:
-        """Under _cond: the outcome of the EndTxn the sender sent with transaction ``txn_number``'s
-        last batch, if it did."""
-        done, self._commit_outcome = self._commit_outcome, None
-        return done[1] if done is not None and done[0] == txn_number else None
 
     def _commits_with(self, batch: ProducerBatch) -> bool:
         """Whether ``batch`` is the last one of the transaction commit_transaction() is committing:

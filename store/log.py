@@ -35,6 +35,7 @@ from oncelog.store.records import (
     decode_headers,
     encode_headers,
 )
+from oncelog.store.txn import end_txn_outcome
 
 # Arrays go in binary (%b): bytea in text format would be hex, twice the bytes to send and parse.
 _PRODUCE_ARGS = (
@@ -138,9 +139,9 @@ def produce_end_txn(
     the two: a retry of a call that committed gets the batch's first offsets back with
     ``duplicate`` set and the outcome ``already_committed``.
 
-    Returns the batch's result and EndTxn's outcome: ``committed``, ``already_committed``, or
-    ``timed_out`` (the transaction had passed its timeout: the store aborted it and bumped the
-    epoch, see :func:`oncelog.store.txn.end_txn`).
+    Returns the batch's result and EndTxn's outcome, ``committed`` or ``already_committed``. As
+    :func:`oncelog.store.txn.end_txn`, TransactionTimeoutError when the transaction had passed its
+    timeout (the store aborted it, the batch included, and bumped the epoch).
     """
     params = _produce_params(
         topic=topic,
@@ -153,8 +154,8 @@ def produce_end_txn(
         txn_number=txn_number,
     )
     row = _driver(conn, _PRODUCE_END_TXN, params).one()
-    result = ProduceResult(int(row.base_offset), int(row.last_offset), row.log_append_time, bool(row.duplicate))
-    return result, str(row.outcome)
+    outcome = end_txn_outcome(str(row.outcome), transactional_id=transactional_id, txn_number=txn_number)
+    return ProduceResult(int(row.base_offset), int(row.last_offset), row.log_append_time, bool(row.duplicate)), outcome
 
 
 def _produce_params(

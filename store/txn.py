@@ -108,6 +108,13 @@ def end_txn(
             {"tid": transactional_id, "pid": producer_id, "epoch": epoch, "n": txn_number, "commit": commit},
         ).scalar_one()
     )
+    return end_txn_outcome(outcome, transactional_id=transactional_id, txn_number=txn_number)
+
+
+def end_txn_outcome(outcome: str, *, transactional_id: str, txn_number: int) -> str:
+    """EndTxn's answer as the store functions return it: ``timed_out`` (a commit that came after
+    the timeout: the store aborted the transaction and bumped the epoch) raises
+    TransactionTimeoutError, any other answer is returned."""
     if outcome == "timed_out":
         raise TransactionTimeoutError(
             f"transaction {txn_number} of {transactional_id!r} exceeded its timeout and was aborted"

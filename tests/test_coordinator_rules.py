@@ -92,20 +92,33 @@ class Instance:
         return self.ident.epoch
 
     def send(self, partition: int, *values: bytes, n: int | None = None, topic: str = T) -> ProduceResult:
-        vals = values or (b"v",)
-        res = log.produce(
-            self.conn,
-            topic=topic,
-            partition=partition,
-            records=[RecordIn(value=v) for v in vals],
-            producer_id=self.pid,
-            producer_epoch=self.epoch,
-            base_sequence=self.seq[partition],
-            transactional_id=self.tid,
-            txn_number=self.n if n is None else n,
-        )
-        self.seq[partition] += len(vals)
+        res: ProduceResult = log.produce(self.conn, **self._batch(partition, values, n, topic))
+        self.seq[partition] += len(values or (b"v",))
         return res
+
+    def send_and_commit(self, partition: int, *values: bytes, seq: int | None = None) -> tuple[ProduceResult, str]:
+        """The transactional producer's commit path: its last batch with EndTxn (commit), one call.
+        With ``seq``, a resend of an earlier batch (this instance's sequences stay as they are)."""
+        batch = self._batch(partition, values, None, T)
+        if seq is not None:
+            batch["base_sequence"] = seq
+        res, outcome = log.produce_end_txn(self.conn, **batch)
+        if seq is None:
+            self.seq[partition] += len(batch["records"])
+        return res, outcome
+
+    def _batch(self, partition: int, values: tuple[bytes, ...], n: int | None, topic: str) -> dict[str, Any]:
+        """A transactional batch of this instance, at its next sequence, in transaction ``n`` (default: current)."""
+        return {
+            "topic": topic,
+            "partition": partition,
+            "records": [RecordIn(value=v) for v in values or (b"v",)],
+            "producer_id": self.pid,
+            "producer_epoch": self.epoch,
+            "base_sequence": self.seq[partition],
+            "transactional_id": self.tid,
+            "txn_number": self.n if n is None else n,
+        }
 
     def send_plain(self, partition: int, *values: bytes) -> ProduceResult:
         """An idempotent, non-transactional write with this instance's producer id (rule 6)."""
@@ -1115,32 +1128,10 @@ def test_mixed_log_read_committed_and_read_uncommitted(conn: sa.Connection) -> N
 # --- produce_end_txn: the last batch and EndTxn in one database transaction (migration 0013) --
 
 
-def send_and_commit(
-    inst: Instance, partition: int, *values: bytes, seq: int | None = None
-) -> tuple[ProduceResult, str]:
-    """The transactional producer's commit path: its last batch with EndTxn (commit), one call."""
-    vals = values or (b"v",)
-    base = inst.seq[partition] if seq is None else seq
-    res, outcome = log.produce_end_txn(
-        inst.conn,
-        topic=T,
-        partition=partition,
-        records=[RecordIn(value=v) for v in vals],
-        producer_id=inst.pid,
-        producer_epoch=inst.epoch,
-        base_sequence=base,
-        transactional_id=inst.tid,
-        txn_number=inst.n,
-    )
-    if seq is None:
-        inst.seq[partition] += len(vals)
-    return res, outcome
-
-
 def test_the_last_batch_and_the_commit_land_together_and_a_retry_has_no_second_effect(conn: sa.Connection) -> None:
     a = Instance.start(conn)
     a.send(1, b"first")
-    res, outcome = send_and_commit(a, 0, b"last1", b"last2")
+    res, outcome = a.send_and_commit(0, b"last1", b"last2")
     assert outcome == "committed" and not res.duplicate
     assert (res.base_offset, res.last_offset) == (0, 1)
     st = status(conn)
@@ -1149,19 +1140,19 @@ def test_the_last_batch_and_the_commit_land_together_and_a_retry_has_no_second_e
     assert [m[:3] for m in markers(conn)] == [(0, 2, "commit"), (1, 1, "commit")]
     before = (markers(conn), offsets(conn), history(conn))
     # The reply was lost: the same call again is answered from the store, nothing is written.
-    again, outcome = send_and_commit(a, 0, b"last1", b"last2", seq=0)
+    again, outcome = a.send_and_commit(0, b"last1", b"last2", seq=0)
     assert outcome == "already_committed" and again.duplicate
     assert (again.base_offset, again.last_offset, again.log_append_time) == (0, 1, res.log_append_time)
     assert (markers(conn), offsets(conn), history(conn)) == before
     # A batch that was never part of it cannot claim the committed transaction.
     with pytest.raises(errors.InvalidTxnStateError):
-        send_and_commit(a, 0, b"other", seq=2)
+        a.send_and_commit(0, b"other", seq=2)
     with pytest.raises(errors.InvalidTxnStateError):
-        send_and_commit(a, 2, b"other", seq=0)
+        a.send_and_commit(2, b"other", seq=0)
     assert (markers(conn), offsets(conn), history(conn)) == before
     # The producer carries on with its next transaction.
     a.n += 1
-    res, outcome = send_and_commit(a, 0, b"next")
+    res, outcome = a.send_and_commit(0, b"next")
     assert (outcome, res.base_offset) == ("committed", 3)
     assert read(conn)[0] == [b"last1", b"last2", b"next"]
 
@@ -1171,7 +1162,7 @@ def test_when_the_batch_is_refused_the_transaction_is_not_committed(conn: sa.Con
     a.send(0, b"kept")
     before = (markers(conn), offsets(conn), history(conn))
     with pytest.raises(errors.OutOfOrderSequenceError):
-        send_and_commit(a, 0, b"gap", seq=5)  # a sequence gap: the batch is refused ...
+        a.send_and_commit(0, b"gap", seq=5)  # a sequence gap: the batch is refused ...
     st = status(conn)
     assert (st.state, st.txn_number) == ("Ongoing", a.n)  # ... and EndTxn never ran
     assert (markers(conn), offsets(conn), history(conn)) == before
@@ -1185,15 +1176,15 @@ def test_a_fenced_instance_can_neither_append_nor_commit_in_one_call(conn: sa.Co
     b = Instance.start(conn)  # fences A and aborts its transaction
     before = (markers(conn), offsets(conn), history(conn))
     with pytest.raises(errors.ProducerFencedError):
-        send_and_commit(a, 1, b"late")
+        a.send_and_commit(1, b"late")
     assert (markers(conn), offsets(conn), history(conn)) == before
-    _, outcome = send_and_commit(b, 1, b"alive")
+    _, outcome = b.send_and_commit(1, b"alive")
     assert outcome == "committed"
     assert read(conn) == {0: [], 1: [b"alive"], 2: [], 3: []}
     # A retry from the zombie of B's committed transaction number is still fenced.
     a.n = b.n
     with pytest.raises(errors.ProducerFencedError):
-        send_and_commit(a, 1, b"alive", seq=0)
+        a.send_and_commit(1, b"alive", seq=0)
 
 
 def test_the_combined_call_past_the_timeout_commits_nothing(conn: sa.Connection) -> None:
@@ -1201,6 +1192,6 @@ def test_the_combined_call_past_the_timeout_commits_nothing(conn: sa.Connection)
     a.send(0, b"late")
     age_open_transaction(conn)  # setup: the transaction has been open for two hours
     with pytest.raises(errors.TransactionTimeoutError):
-        send_and_commit(a, 1, b"later")
+        a.send_and_commit(1, b"later")
     assert hw(conn, 1) == 0
     assert read(conn) == {p: [] for p in range(PARTITIONS)}
