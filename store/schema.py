@@ -278,7 +278,6 @@ records = sa.Table(
     sa.CheckConstraint('"offset" >= 0', name="offset_nonnegative"),
     sa.CheckConstraint("NOT aborted OR is_transactional", name="aborted_is_transactional"),
     sa.CheckConstraint("(txn_number IS NOT NULL) = is_transactional", name="txn_number_iff_transactional"),
-    sa.Index(None, "producer_id", "txn_number", postgresql_where=sa.text("is_transactional")),
     sa.CheckConstraint(
         f"producer_epoch IS NULL OR producer_epoch BETWEEN 0 AND {MAX_PRODUCER_EPOCH}", name="epoch_range"
     ),
@@ -524,6 +523,37 @@ txn_partitions = sa.Table(
     sa.CheckConstraint("first_offset IS NULL OR first_offset >= 0", name="first_offset_nonnegative"),
     sa.Index(None, "topic_id", "partition"),
     comment="The partitions of each open transaction (AddPartitionsToTxn), emptied when it completes.",
+)
+
+# Written by EndTxn (commit), one row per partition; migration 0014.
+txn_spans = sa.Table(
+    "txn_spans",
+    metadata,
+    sa.Column("producer_id", sa.BigInteger, primary_key=True, comment="The transaction's producer id."),
+    sa.Column(
+        "txn_number",
+        sa.BigInteger,
+        primary_key=True,
+        comment="The transaction's number: (producer_id, txn_number) names it, as on its records.",
+    ),
+    sa.Column("topic_id", sa.Integer, primary_key=True, comment="The topic."),
+    sa.Column("partition", sa.Integer, primary_key=True, comment="A partition the transaction wrote to."),
+    sa.Column("first_offset", sa.BigInteger, nullable=False, comment="Offset of its first record in this partition."),
+    sa.Column(
+        "last_offset",
+        sa.BigInteger,
+        nullable=False,
+        comment="Offset of its last data record in this partition (its commit marker follows).",
+    ),
+    sa.ForeignKeyConstraint(
+        ["topic_id", "partition"],
+        [partitions.c.topic_id, partitions.c.partition],
+        ondelete="CASCADE",
+    ),
+    sa.CheckConstraint("first_offset >= 0 AND last_offset >= first_offset", name="offsets_ordered"),
+    sa.Index(None, "topic_id", "partition", "last_offset"),
+    comment="Where each committed transaction lies in each partition it wrote to (written by EndTxn): "
+    "read_committed fetches withhold a transaction that a read would return only in part.",
 )
 
 txn_history = sa.Table(

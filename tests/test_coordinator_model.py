@@ -648,6 +648,25 @@ class CoordinatorMachine(RuleBasedStateMachine):
         assert got == expected
 
     @invariant()
+    def spans_match(self) -> None:
+        """txn_spans (migration 0014): each committed transaction's first and last record per partition."""
+        rows = self.conn.exec_driver_sql(
+            "SELECT s.producer_id, s.txn_number, s.partition, s.first_offset, s.last_offset "
+            "FROM txn_spans s JOIN topics t USING (topic_id) WHERE t.name = %(t)s",
+            {"t": self.topic},
+        ).all()
+        got = {(r[0], r[1], r[2]): (r[3], r[4]) for r in rows}
+        open_txns = {(tid, t.txn) for tid, t in self.model.tids.items() if t.state == "Ongoing"}
+        expected: dict[tuple[int, int, int], tuple[int, int]] = {}
+        for p in range(PARTITIONS):
+            for o, e in enumerate(self.model.logs[p]):
+                if e.txn is None or e.aborted or e.txn in open_txns:
+                    continue
+                first, last = expected.get((e.pid, e.txn[1], p), (o, o))
+                expected[(e.pid, e.txn[1], p)] = (min(first, o), max(last, o))
+        assert got == expected
+
+    @invariant()
     def readers_match(self) -> None:
         positions = {(self.topic, p): 0 for p in range(PARTITIONS)}
         committed = log.fetch_many(self.conn, positions, max_records=10_000, read_committed=True)

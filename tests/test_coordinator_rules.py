@@ -1195,3 +1195,76 @@ def test_the_combined_call_past_the_timeout_commits_nothing(conn: sa.Connection)
         a.send_and_commit(1, b"later")
     assert hw(conn, 1) == 0
     assert read(conn) == {p: [] for p in range(PARTITIONS)}
+
+
+# --- txn_spans: where a committed transaction lies in each partition (migration 0014) -------
+
+
+def spans(conn: sa.Connection) -> dict[tuple[int, int, int], tuple[int, int]]:
+    """The topic's spans: (producer id, transaction number, partition) -> (first, last offset)."""
+    rows = conn.exec_driver_sql(
+        "SELECT s.producer_id, s.txn_number, s.partition, s.first_offset, s.last_offset "
+        "FROM txn_spans s JOIN topics t USING (topic_id) WHERE t.name = %(t)s",
+        {"t": T},
+    ).all()
+    return {(r[0], r[1], r[2]): (r[3], r[4]) for r in rows}
+
+
+def test_a_commit_records_its_span_in_each_partition_it_wrote_to(conn: sa.Connection) -> None:
+    a = Instance.start(conn, "a")
+    b = Instance.start(conn, "b")
+    a.send(0, b"a1", b"a2")  # 0-1
+    b.send(0, b"b1")  # 2
+    plain(conn, 0, b"p")  # 3
+    a.send(0, b"a3")  # 4
+    b.send(1, b"b2")  # partition 1: 0
+    a.add(2)  # added, never written: no marker, no span
+    a_txn = a.n
+    assert a.commit() == "committed"  # marker at 5
+    assert spans(conn) == {(a.pid, a_txn, 0): (0, 4)}
+    assert b.abort() == "aborted"  # an aborted transaction has no span
+    assert spans(conn) == {(a.pid, a_txn, 0): (0, 4)}
+    # The last batch carrying EndTxn (produce_end_txn_v1) records it too.
+    a.send(1, b"a4")  # partition 1: 2 (after b2 and B's abort marker)
+    res, outcome = a.send_and_commit(1, b"a5", b"a6")
+    assert outcome == "committed" and (res.base_offset, res.last_offset) == (3, 4)
+    assert spans(conn)[(a.pid, a_txn + 1, 1)] == (2, 4)
+    assert len(spans(conn)) == 2
+
+
+def test_a_span_is_found_when_the_producers_sequence_state_expired(conn: sa.Connection) -> None:
+    a = Instance.start(conn)
+    a.send(0, b"a1")  # 0
+    a.send(0, b"a2", b"a3")  # 1-2
+    plain(conn, 0, b"p1", b"p2")  # 3-4
+    # The producer's sequence state idles out while its transaction is open (the maintenance
+    # call with a clock days ahead), so EndTxn finds the last record in the log instead.
+    assert log.expire_producers(conn, now=db_now(conn) + timedelta(days=30)) >= 1
+    n = a.n
+    assert a.commit() == "committed"
+    assert spans(conn) == {(a.pid, n, 0): (0, 2)}
+    assert read(conn)[0] == [b"a1", b"a2", b"a3", b"p1", b"p2"]
+
+
+def test_retention_drops_the_spans_below_the_log_start(conn: sa.Connection) -> None:
+    a = Instance.start(conn)
+    for value in (b"t1", b"t2", b"t3"):
+        a.send(0, value)
+        a.send(1, value)
+        assert a.commit() == "committed"
+    assert len(spans(conn)) == 6
+    topics.alter_topic_config(conn, name=T, config={"retention_ms": 60_000})
+    plain(conn, 1, b"young")  # partition 1 keeps its records from here on
+    conn.exec_driver_sql(
+        "UPDATE records SET \"timestamp\" = now() - interval '1 day' "  # setup: the old records aged a day
+        "WHERE value IS DISTINCT FROM 'young'::bytea AND topic_id = (SELECT topic_id FROM topics WHERE name = %(t)s)",
+        {"t": T},
+    )
+    while log.enforce_retention(conn) > 0:
+        pass
+    # Partition 0 lost everything, partition 1 everything before "young": no span survives
+    # there, since each ended below the new log start.
+    assert spans(conn) == {}
+    assert [(x.log_start_offset, x.high_watermark) for x in log.list_offsets(conn, topic=T)][:2] == [(6, 6), (6, 7)]
+    got = log.fetch_many(conn, {(T, 1): 6}, read_committed=True)[(T, 1)]
+    assert [r.value for r in got.records] == [b"young"]

@@ -9,8 +9,9 @@ import pytest
 import sqlalchemy as sa
 
 from oncelog.errors import SchemaNotReadyError
-from oncelog.store import create_engine, migrate
+from oncelog.store import create_engine, log, migrate, topics, txn
 from oncelog.store.migrate import SchemaDriftError
+from oncelog.store.records import RecordIn
 from oncelog.store.schema import metadata
 
 
@@ -143,3 +144,98 @@ def test_functions_pin_their_search_path(engine: sa.Engine) -> None:
     assert rows
     for name, config in rows:
         assert config is not None and "search_path=oncelog, pg_temp" in config, name
+
+
+def test_0014_fills_txn_spans_from_the_log_and_downgrades_exactly(empty_db_url: str) -> None:
+    """Revision 0014 moves the all-or-none probe from a per-record index to txn_spans: transactions
+    committed before it get their spans from the log, open ones when they commit."""
+    engine = create_engine(empty_db_url)
+    rewritten = ("consistent_limits_v1", "txn_complete_v1", "enforce_retention_v1")
+
+    def state() -> tuple[dict[str, str], set[str]]:
+        with engine.connect() as conn:
+            defs = dict(
+                conn.exec_driver_sql(
+                    "SELECT proname, pg_get_functiondef(p.oid) FROM pg_proc p "
+                    "WHERE pronamespace = 'oncelog'::regnamespace AND proname = ANY(%(n)s)",
+                    {"n": list(rewritten)},
+                ).all()
+            )
+            indexes = set(
+                conn.exec_driver_sql("SELECT indexname FROM pg_indexes WHERE schemaname = 'oncelog'").scalars()
+            )
+        return defs, indexes
+
+    def spans(conn: sa.Connection) -> dict[tuple[int, int, int], tuple[int, int]]:
+        rows = conn.exec_driver_sql(
+            "SELECT producer_id, txn_number, partition, first_offset, last_offset FROM txn_spans"
+        ).all()
+        return {(r[0], r[1], r[2]): (r[3], r[4]) for r in rows}
+
+    try:
+        migrate.upgrade(engine, revision="0013")
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            topics.create_topic(conn, name="t", partitions=2)
+            ids = {
+                tid: txn.init_producer_id(conn, transactional_id=tid, transaction_timeout_ms=60_000)
+                for tid in ("committed", "aborted", "open")
+            }
+            seq: dict[tuple[str, int], int] = {}
+
+            def send(tid: str, partition: int, *values: bytes) -> None:
+                ident = ids[tid]
+                log.produce(
+                    conn,
+                    topic="t",
+                    partition=partition,
+                    records=[RecordIn(value=v) for v in values],
+                    producer_id=ident.producer_id,
+                    producer_epoch=ident.epoch,
+                    base_sequence=seq.get((tid, partition), 0),
+                    transactional_id=tid,
+                    txn_number=ident.txn_number + 1,
+                )
+                seq[(tid, partition)] = seq.get((tid, partition), 0) + len(values)
+
+            def end(tid: str, commit: bool) -> None:
+                ident = ids[tid]
+                txn.end_txn(
+                    conn,
+                    transactional_id=tid,
+                    producer_id=ident.producer_id,
+                    epoch=ident.epoch,
+                    txn_number=ident.txn_number + 1,
+                    commit=commit,
+                )
+
+            send("committed", 0, b"c1", b"c2")  # p0: 0-1
+            send("aborted", 0, b"x")  # p0: 2
+            send("open", 1, b"o1")  # p1: 0
+            send("committed", 1, b"c3")  # p1: 1
+            send("committed", 0, b"c4")  # p0: 3
+            end("committed", True)  # markers p0: 4, p1: 2
+            end("aborted", False)  # marker p0: 5
+        before = state()
+        assert "ix_records_producer_id_txn_number" in before[1]
+
+        migrate.upgrade(engine, revision="0014")
+        assert "ix_records_producer_id_txn_number" not in state()[1]
+        c, o = ids["committed"], ids["open"]
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            assert spans(conn) == {
+                (c.producer_id, c.txn_number + 1, 0): (0, 3),
+                (c.producer_id, c.txn_number + 1, 1): (1, 1),
+            }
+            send("open", 1, b"o2")  # p1: 3
+            end("open", True)
+            assert spans(conn)[(o.producer_id, o.txn_number + 1, 1)] == (0, 3)
+            got = log.fetch_many(conn, {("t", 0): 0, ("t", 1): 0}, read_committed=True)
+            assert [r.value for r in got[("t", 0)].records] == [b"c1", b"c2", b"c4"]
+            assert [r.value for r in got[("t", 1)].records] == [b"o1", b"c3", b"o2"]
+
+        migrate.downgrade(engine, revision="0013")
+        assert state() == before
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT to_regclass('oncelog.txn_spans')").scalar_one() is None
+    finally:
+        engine.dispose()
