@@ -236,9 +236,14 @@ class Producer(Client):
             if batch.full or len(batch.records) == 1:
                 # A new batch starts its linger clock; a full one is ready now.
                 self._cond.notify_all()
-        if batch.full and key_bytes is None and self._partitioner is self._default_partitioner:
-            # The sticky partition's batch is complete: the next keyless records go elsewhere.
-            self._default_partitioner.on_new_batch(topic, meta.partitions, partition)
+        if batch.full:
+            if key_bytes is None and self._partitioner is self._default_partitioner:
+                # The sticky partition's batch is complete: the next keyless records go elsewhere.
+                self._default_partitioner.on_new_batch(topic, meta.partitions, partition)
+            # Hand the GIL to the sender (notified above) so it starts on the full batch now:
+            # a woken thread otherwise waits for CPython's switch interval (5 ms) while this
+            # thread keeps appending, and a transaction's batches then all wait for its commit.
+            time.sleep(0)
         return future
 
     def flush(self, timeout: float | None = None) -> None:
