@@ -23,14 +23,13 @@ from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
 from typing import Any
 
-import sqlalchemy as sa
-
 from oncelog import errors
 from oncelog.client import Client
 from oncelog.errors import ConfigurationError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from oncelog.fetcher import Fetcher
 from oncelog.metrics import WindowedRate
 from oncelog.serde import Deserializer, deserialize_bytes, resolve_deserializer
-from oncelog.store import groups, log, txn
+from oncelog.store import groups, log
 from oncelog.store.engine import DEFAULT_SCHEMA
 from oncelog.store.groups import Membership
 from oncelog.store.records import PartitionFetch
@@ -125,17 +124,16 @@ class Consumer(Client):
         self._max_backoff = fetch_max_backoff_ms / 1000
         self._key_de = resolve_deserializer(key_deserializer)
         self._value_de = resolve_deserializer(value_deserializer)
-        # The store hands bytes over, so the default deserializers would only check them again:
-        # with both, poll() returns the records the store builds (see _fetch).
         self._raw_records = self._key_de is deserialize_bytes and self._value_de is deserialize_bytes
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
         self._paused: set[TopicPartition] = set()
         self._awaiting: set[TopicPartition] = set()  # positions to be taken from committed offsets
         self._next = 0  # round-robin start, so one busy partition cannot starve the others
-        # poll()'s own connection, kept between polls (a pool checkout pings the server first: a
-        # second round trip per poll). Used only by the caller's thread; dropped on any error.
-        self._fetch_conn: sa.Connection | None = None
+        # poll()'s kept connection and its read ahead (see oncelog.fetcher). The store hands
+        # bytes over, so the default deserializers would only check them again: with both, it
+        # builds the ConsumerRecords poll() returns.
+        self._fetcher = Fetcher(self._connect, ConsumerRecord if self._raw_records else None)
         # Metrics (see metrics()). Written by the caller's thread only; read under the lock.
         self._metrics_lock = threading.Lock()
         self._metrics: dict[str, float] = {
@@ -342,12 +340,17 @@ class Consumer(Client):
         positions: dict[tuple[str, int], int] = {tp: self._positions[tp] for tp in order}
         started = time.monotonic()
         try:
-            result = self._fetch(positions, per_partition, read_committed)
+            result = self._fetcher.fetch(positions, per_partition, read_committed)
         except errors.DatabaseUnavailableError:
             # The kept connection may have died while idle (a server restart): one more try on a
             # fresh, pinged one before the error reaches the caller.
-            result = self._fetch(positions, per_partition, read_committed)
+            result = self._fetcher.fetch(positions, per_partition, read_committed)
         fetch_ms = (time.monotonic() - started) * 1000
+        expired = read_committed and any(part.expired_transaction for part in result.values())
+        if expired:
+            # An abandoned transaction past its timeout holds the last stable offset back:
+            # readers abort it themselves, so no maintenance process is needed.
+            self._fetcher.expire_transactions()
         out: list[ConsumerRecord] = []
         advanced: dict[TopicPartition, int] = {}
         for tp in order:
@@ -361,7 +364,7 @@ class Consumer(Client):
                 continue
             if part.records:
                 if self._raw_records:
-                    out.extend(part.records)  # ConsumerRecords already (see _fetch)
+                    out.extend(part.records)  # ConsumerRecords already (built by the store)
                 else:
                     topic, partition = tp.topic, tp.partition
                     key_de, value_de = self._key_de, self._value_de
@@ -387,6 +390,10 @@ class Consumer(Client):
         # Positions move only once every record of this poll is built: a deserializer that fails
         # leaves them where they were, so nothing is skipped unseen.
         self._positions.update(advanced)
+        if out and not expired and len(advanced) == len(order):
+            # Records are flowing (and no partition needs a reset): the next fetch, from these
+            # positions, runs while the application processes this poll's records.
+            self._fetcher.read_ahead({tp: self._positions[tp] for tp in order}, per_partition, read_committed)
         self._record_fetch(result, out, fetch_ms, read_committed)
         return out
 
@@ -446,40 +453,6 @@ class Consumer(Client):
             if tp in lag and tp in self._positions
         }
 
-    def _fetch(
-        self, positions: Mapping[tuple[str, int], int], per_partition: int, read_committed: bool
-    ) -> dict[tuple[str, int], PartitionFetch[Any]]:
-        """One fetch on poll()'s kept connection (dropped on any error). With the default
-        deserializers the store builds the ConsumerRecords itself (the bytes need no decoding)."""
-        if self._fetch_conn is None:
-            self._fetch_conn = self._connect()
-        conn = self._fetch_conn
-        try:
-            result: dict[tuple[str, int], PartitionFetch[Any]]
-            if self._raw_records:
-                result = log.fetch_many_tagged(
-                    conn, positions, ConsumerRecord, max_records=per_partition, read_committed=read_committed
-                )
-            else:
-                result = log.fetch_many(conn, positions, max_records=per_partition, read_committed=read_committed)
-            if read_committed and any(part.expired_transaction for part in result.values()):
-                # An abandoned transaction past its timeout holds the last stable offset back:
-                # readers abort it themselves, so no maintenance process is needed.
-                txn.expire_transactions(conn)
-        except BaseException:
-            self._drop_fetch_connection()
-            raise
-        return result
-
-    def _drop_fetch_connection(self) -> None:
-        conn, self._fetch_conn = self._fetch_conn, None
-        if conn is not None:
-            try:
-                conn.invalidate()
-                conn.close()
-            except Exception:  # a broken connection may fail to close; it is discarded anyway
-                logger.debug("closing a broken connection failed", exc_info=True)
-
     def close(self) -> None:
         """Commit (with auto-commit), leave the group (a static member keeps its place until its
         session times out, so a restart does not rebalance), and release everything."""
@@ -498,9 +471,7 @@ class Consumer(Client):
                 self._leave()
             except errors.OncelogError:
                 logger.warning("leaving the group failed", exc_info=True)
-        if self._fetch_conn is not None:
-            self._fetch_conn.close()
-            self._fetch_conn = None
+        self._fetcher.close()
         super().close()
 
     # --- group membership -------------------------------------------------------------------

@@ -1,0 +1,134 @@
+"""The consumer's reads: one kept connection, and one fetch read ahead while the caller works.
+
+Kafka's consumer sends its next fetch as soon as it has handed records over, so the broker
+works while the application processes them. ``Fetcher`` does the same with the database: when
+a poll returns records, the fetch from where they end runs on a worker thread (its wait on the
+server releases the GIL) while the application processes them. The next poll takes that answer
+if it asks for exactly what was read ahead (same positions, same partitions, same isolation),
+and otherwise waits it out and reads afresh: a seek, a pause or a rebalance costs one wasted
+fetch. Measured (bench read log, 500 records per poll): with 2 ms of work per poll a consumer
+reads 189k records/s instead of 94k; with none, the same as without the read ahead.
+
+The connection is used by one thread at a time: the worker while a read ahead is in flight,
+the caller's thread otherwise (every caller-side use waits for the read ahead first).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import sqlalchemy as sa
+
+from oncelog.store import log, txn
+from oncelog.store.records import PartitionFetch
+
+logger = logging.getLogger(__name__)
+
+#: What a fetch asks for: the positions (order does not matter), records per partition, isolation.
+Request = tuple[frozenset[tuple[tuple[str, int], int]], int, bool]
+#: A fetch's answer, per partition (store.log.fetch_many).
+Answer = dict[tuple[str, int], PartitionFetch[Any]]
+
+
+class Fetcher:
+    """poll()'s fetches on one kept connection (a pool checkout pings the server first: a second
+    round trip per poll), with at most one fetch read ahead. Used by the caller's thread only."""
+
+    def __init__(self, connect: Callable[[], sa.Connection], record_type: type[Any] | None) -> None:
+        """``record_type``: a named tuple the store builds each record as (see
+        store.log.fetch_many_tagged); None for store.log.FetchedRecord."""
+        self._connect = connect
+        self._record_type = record_type
+        self._conn: sa.Connection | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._ahead: tuple[Request, Future[Answer]] | None = None
+
+    def fetch(self, positions: Mapping[tuple[str, int], int], per_partition: int, read_committed: bool) -> Answer:
+        """The answer for these positions: the fetch read ahead if it asked for exactly this,
+        else a new fetch. An error drops the connection (the next fetch opens another)."""
+        request = _request(positions, per_partition, read_committed)
+        ahead = self._settle_ahead()
+        if ahead is not None and ahead[0] == request:
+            return ahead[1]
+        conn = self._connection()
+        try:
+            return self._fetch(conn, positions, per_partition, read_committed)
+        except BaseException:
+            self.drop()
+            raise
+
+    def read_ahead(self, positions: Mapping[tuple[str, int], int], per_partition: int, read_committed: bool) -> None:
+        """Send the fetch for these positions now, on the worker thread; :meth:`fetch` takes its
+        answer. Called only right after :meth:`fetch`, with nothing in flight."""
+        conn = self._connection()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oncelog-fetch")
+        wanted = dict(positions)
+        future = self._pool.submit(self._fetch, conn, wanted, per_partition, read_committed)
+        self._ahead = (_request(wanted, per_partition, read_committed), future)
+
+    def expire_transactions(self) -> None:
+        """Abort transactions open past their timeout (a reader that meets one does it itself)."""
+        self._settle_ahead()
+        conn = self._connection()
+        try:
+            txn.expire_transactions(conn)
+        except BaseException:
+            self.drop()
+            raise
+
+    def drop(self) -> None:
+        """Discard the connection (after an error: it may be broken)."""
+        self._settle_ahead()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.invalidate()
+                conn.close()
+            except Exception:  # a broken connection may fail to close; it is discarded anyway
+                logger.debug("closing a broken connection failed", exc_info=True)
+
+    def close(self) -> None:
+        """Wait for a read ahead, stop the worker and release the connection."""
+        self._settle_ahead()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def _fetch(
+        self, conn: sa.Connection, positions: Mapping[tuple[str, int], int], per_partition: int, read_committed: bool
+    ) -> Answer:
+        if self._record_type is None:
+            return log.fetch_many(conn, positions, max_records=per_partition, read_committed=read_committed)
+        return log.fetch_many_tagged(
+            conn, positions, self._record_type, max_records=per_partition, read_committed=read_committed
+        )
+
+    def _connection(self) -> sa.Connection:
+        if self._conn is None:
+            self._conn = self._connect()
+        return self._conn
+
+    def _settle_ahead(self) -> tuple[Request, Answer] | None:
+        """Wait for the fetch in flight, if any; its request and answer, or None if it failed
+        (the connection is then dropped, and the caller fetches afresh)."""
+        if self._ahead is None:
+            return None
+        request, future = self._ahead
+        self._ahead = None
+        try:
+            return request, future.result()
+        except Exception:
+            logger.debug("a fetch read ahead failed; fetching again", exc_info=True)
+            self.drop()
+            return None
+
+
+def _request(positions: Mapping[tuple[str, int], int], per_partition: int, read_committed: bool) -> Request:
+    return frozenset(positions.items()), per_partition, read_committed
