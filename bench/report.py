@@ -678,7 +678,8 @@ def txn_throughput_section(res: dict[str, Any]) -> list[str]:
         "",
         "The baseline is the idempotent Producer with the same settings"
         + (f" (linger_ms={pc['linger_ms']}, batch_size={pc['batch_size']})" if pc else "")
-        + ", free-running; 'flush every N' flushes where the transactions commit, so its ratio is the price of "
+        + ", free-running, measured right beside each transactional run (order alternating between runs); "
+        "'flush every N' flushes where the transactions commit, so its ratio is the price of "
         "the transaction protocol alone (EndTxn, markers, coordinator checks).",
         "",
     ]

@@ -13,8 +13,9 @@ migrated to head first and dropped at the end (see ``bench/produce.py``, whose s
    (Producer defaults: linger_ms=5, batch_size=16384) in two ways: free-running (4 chunks of 1000
    records outstanding, one ``flush`` at the end: the headline baseline) and flushing every N records,
    where the transactions commit (so that ratio is the price of the transaction protocol alone). records/s
-   from the first send to the last commit (flush); ratios are medians of per-run ratios (each run
-   measures the baselines and the transactions back to back). Every measurement stops after its record
+   from the first send to the last commit (flush); ratios are medians of per-run ratios (each
+   transactional run is paired with a free-running idempotent run right beside it, in alternating
+   order, and followed by the flushing one). Every measurement stops after its record
    count or its time box, whichever comes first (whole transactions only).
 2. Commit latency: the time ``commit_transaction`` takes for an empty transaction, for 10 records still
    lingering (the commit flushes them: one produce call per partition, then EndTxn), and for 10 records
@@ -248,24 +249,33 @@ def throughput_cases(bench: Bench, quick: bool, repeat: int) -> list[dict[str, A
     max_seconds = QUICK_MAX_SECONDS if quick else FULL_MAX_SECONDS
     cases: list[dict[str, Any]] = []
     for partitions in PARTITION_COUNTS:
-        idem_runs: list[Measurement] = []
+        # Each transactional run is paired with a free-running idempotent run right beside it
+        # (their order alternating between repeats), so the ratio compares two measurements
+        # seconds apart: on a shared host the speed drifts by +-10% over the tens of seconds a
+        # repeat takes.
+        idem_runs: dict[int, list[Measurement]] = {size: [] for size in TXN_SIZES}
         txn_runs: dict[int, list[Measurement]] = {size: [] for size in TXN_SIZES}
         flushed_runs: dict[int, list[Measurement]] = {size: [] for size in TXN_SIZES}
-        for _ in range(repeat):
-            idem_runs.append(
-                idempotent_throughput(bench, data, partitions=partitions, records=idem_records, max_seconds=max_seconds)
-            )
+        for rep in range(repeat):
             for size in TXN_SIZES:
-                txn_runs[size].append(
-                    txn_throughput(
-                        bench,
-                        data,
-                        partitions=partitions,
-                        txn_size=size,
-                        records=txn_records[size],
-                        max_seconds=max_seconds,
-                    )
-                )
+                for which in ("idem", "txn") if rep % 2 == 0 else ("txn", "idem"):
+                    if which == "idem":
+                        idem_runs[size].append(
+                            idempotent_throughput(
+                                bench, data, partitions=partitions, records=idem_records, max_seconds=max_seconds
+                            )
+                        )
+                    else:
+                        txn_runs[size].append(
+                            txn_throughput(
+                                bench,
+                                data,
+                                partitions=partitions,
+                                txn_size=size,
+                                records=txn_records[size],
+                                max_seconds=max_seconds,
+                            )
+                        )
                 flushed_runs[size].append(
                     idempotent_throughput(
                         bench,
@@ -276,9 +286,9 @@ def throughput_cases(bench: Bench, quick: bool, repeat: int) -> list[dict[str, A
                         flush_every=size,
                     )
                 )
-        idem = pick_median(idem_runs)
         for size in TXN_SIZES:
-            paired = [t.records_per_s / i.records_per_s for t, i in zip(txn_runs[size], idem_runs, strict=True)]
+            idem = pick_median(idem_runs[size])
+            paired = [t.records_per_s / i.records_per_s for t, i in zip(txn_runs[size], idem_runs[size], strict=True)]
             paired_flushed = [
                 t.records_per_s / f.records_per_s for t, f in zip(txn_runs[size], flushed_runs[size], strict=True)
             ]
