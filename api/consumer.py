@@ -83,6 +83,7 @@ class Consumer(Client):
         default_api_timeout_ms: int = 60_000,
         fetch_min_backoff_ms: int = 5,
         fetch_max_backoff_ms: int = 200,
+        read_ahead: bool = False,
         key_deserializer: str | Deserializer | None = "bytes",
         value_deserializer: str | Deserializer | None = "bytes",
     ) -> None:
@@ -94,6 +95,8 @@ class Consumer(Client):
             raise ConfigurationError(f"partition_assignment_strategy must be one of {_ASSIGNORS}")
         if max_poll_records < 1:
             raise ConfigurationError("max_poll_records must be at least 1")
+        if not isinstance(read_ahead, bool):
+            raise ConfigurationError(f"read_ahead must be True or False, not {read_ahead!r}")
         if not 0 < fetch_min_backoff_ms <= fetch_max_backoff_ms:
             raise ConfigurationError("need 0 < fetch_min_backoff_ms <= fetch_max_backoff_ms")
         if not 0 < heartbeat_interval_ms < session_timeout_ms:
@@ -118,6 +121,7 @@ class Consumer(Client):
         self._heartbeat_interval = heartbeat_interval_ms / 1000
         self._max_poll_interval = max_poll_interval_ms / 1000
         self._max_poll_records = max_poll_records
+        self._read_ahead = read_ahead
         self._assignor = partition_assignment_strategy
         self._api_timeout = default_api_timeout_ms / 1000
         self._min_backoff = fetch_min_backoff_ms / 1000
@@ -390,7 +394,7 @@ class Consumer(Client):
         # Positions move only once every record of this poll is built: a deserializer that fails
         # leaves them where they were, so nothing is skipped unseen.
         self._positions.update(advanced)
-        if out and not expired and len(advanced) == len(order):
+        if self._read_ahead and out and not expired and len(advanced) == len(order):
             # Records are flowing (and no partition needs a reset): the next fetch, from these
             # positions, runs while the application processes this poll's records.
             self._fetcher.read_ahead({tp: self._positions[tp] for tp in order}, per_partition, read_committed)

@@ -118,8 +118,7 @@ def produce(
         transactional_id=transactional_id,
         txn_number=txn_number,
     )
-    row = _driver(conn, _PRODUCE, params).one()
-    return ProduceResult(int(row.base_offset), int(row.last_offset), row.log_append_time, bool(row.duplicate))
+    return _produce_result(_driver(conn, _PRODUCE, params).one())
 
 
 def produce_end_txn(
@@ -155,7 +154,12 @@ def produce_end_txn(
     )
     row = _driver(conn, _PRODUCE_END_TXN, params).one()
     outcome = end_txn_outcome(str(row.outcome), transactional_id=transactional_id, txn_number=txn_number)
-    return ProduceResult(int(row.base_offset), int(row.last_offset), row.log_append_time, bool(row.duplicate)), outcome
+    return _produce_result(row), outcome
+
+
+def _produce_result(row: Any) -> ProduceResult:
+    """A produce row (base_offset, last_offset, log_append_time, duplicate) as a ProduceResult."""
+    return ProduceResult(int(row.base_offset), int(row.last_offset), row.log_append_time, bool(row.duplicate))
 
 
 def _produce_params(

@@ -1,4 +1,4 @@
-"""The consumer's read ahead (oncelog.fetcher) never changes what poll() returns.
+"""The consumer's read ahead (``read_ahead=True``, oncelog.fetcher) never changes what poll() returns.
 
 After a poll that returned records, the next fetch is already on its way when the application
 gets them; a seek, a pause or a resume in between must make the consumer discard that answer,
@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from oncelog import Consumer, TopicPartition
+from oncelog.errors import ConfigurationError
 from oncelog.store import log, topics
 from oncelog.store.records import RecordIn
 
@@ -41,7 +42,9 @@ class ReadAheadMachine(RuleBasedStateMachine):
         self.logs: list[list[bytes]] = [[] for _ in range(PARTITIONS)]
         self.positions = dict.fromkeys(self.tps, 0)
         self.paused: set[TopicPartition] = set()
-        self.consumer = Consumer(self.db_url, max_poll_records=MAX_POLL_RECORDS, auto_offset_reset="earliest")
+        self.consumer = Consumer(
+            self.db_url, max_poll_records=MAX_POLL_RECORDS, auto_offset_reset="earliest", read_ahead=True
+        )
         self.consumer.assign(self.tps)
         for tp in self.tps:
             self.consumer.seek(tp, 0)
@@ -134,13 +137,18 @@ def test_read_ahead_returns_exactly_what_the_positions_ask_for(conn: sa.Connecti
 def test_records_written_after_the_read_ahead_was_sent_are_read(conn: sa.Connection, db_url: str) -> None:
     topics.create_topic(conn, name="t", partitions=1)
     log.produce(conn, topic="t", partition=0, records=[RecordIn(b"a%d" % i) for i in range(4)])
-    with Consumer(db_url, max_poll_records=4) as consumer:
+    with Consumer(db_url, max_poll_records=4, read_ahead=True) as consumer:
         consumer.assign([TopicPartition("t", 0)])
         consumer.seek(TopicPartition("t", 0), 0)
         assert [r.value for r in consumer.poll(5)] == [b"a0", b"a1", b"a2", b"a3"]
-        # The fetch from offset 4 was sent when that poll returned; these land after it.
+        # The fetch from offset 4 was sent when that poll returned: let it finish (it finds
+        # nothing), then write. A poll that does not wait must still see these at once, not
+        # hand over the stale empty answer (which made poll(timeout) back off first).
+        ahead = consumer._fetcher._ahead
+        assert ahead is not None
+        assert all(not part.records for part in ahead[1].result(10).values())
         log.produce(conn, topic="t", partition=0, records=[RecordIn(b"b%d" % i) for i in range(3)])
-        assert [r.value for r in consumer.poll(5)] == [b"b0", b"b1", b"b2"]
+        assert [r.value for r in consumer.poll(0)] == [b"b0", b"b1", b"b2"]
 
 
 @pytest.mark.parametrize("change", ["seek", "pause"])
@@ -149,7 +157,7 @@ def test_a_change_between_polls_discards_the_read_ahead(conn: sa.Connection, db_
     for p in (0, 1):
         log.produce(conn, topic="t", partition=p, records=[RecordIn(b"%d-%d" % (p, i)) for i in range(10)])
     tps = [TopicPartition("t", 0), TopicPartition("t", 1)]
-    with Consumer(db_url, max_poll_records=4) as consumer:
+    with Consumer(db_url, max_poll_records=4, read_ahead=True) as consumer:
         consumer.assign(tps)
         got = consumer.poll(5)  # two from each partition; the fetch from offsets 2 and 2 is sent
         assert sorted((r.partition, r.offset) for r in got) == [(0, 0), (0, 1), (1, 0), (1, 1)]
@@ -160,3 +168,14 @@ def test_a_change_between_polls_discards_the_read_ahead(conn: sa.Connection, db_
             consumer.pause([tps[1]])
             expected = [(0, 2), (0, 3), (0, 4), (0, 5)]  # the whole budget goes to partition 0
         assert sorted((r.partition, r.offset) for r in consumer.poll(5)) == expected
+
+
+def test_read_ahead_is_off_unless_asked_for_and_takes_only_a_bool(conn: sa.Connection, db_url: str) -> None:
+    topics.create_topic(conn, name="t", partitions=1)
+    log.produce(conn, topic="t", partition=0, records=[RecordIn(b"x")])
+    with Consumer(db_url) as consumer:
+        consumer.assign([TopicPartition("t", 0)])
+        assert len(consumer.poll(5)) == 1
+        assert consumer._fetcher._ahead is None  # nothing was sent after the poll
+    with pytest.raises(ConfigurationError):
+        Consumer(db_url, read_ahead="yes")  # type: ignore[arg-type]
