@@ -26,9 +26,11 @@ migrated to head first and dropped at the end (see ``bench/produce.py``, whose s
    a raw binary SELECT of the same columns from ``oncelog.records`` (one statement for the 4 partitions,
    keyset-paginated by offset, psycopg binary format; the baseline), the same in text format and the
    ``fetch_v3`` SQL function called directly (diagnostics), ``store.log.fetch_many`` (read_committed and
-   read_uncommitted) and ``Consumer.poll`` (max_poll_records=500, both isolation levels). Each reader
-   stops at the end of the log or after 3 s; the bench database sets a 10 s statement_timeout, so a
-   pathological fetch ends its reader (reported as "no progress") instead of the run.
+   read_uncommitted) and ``Consumer.poll`` (max_poll_records=500, both isolation levels). Each reader's
+   run is paired with a raw run right beside it (order alternating between repeats); ratios are
+   medians of those pairs. Each reader stops at the end of the log or after 3 s; the bench database
+   sets a 10 s statement_timeout, so a pathological fetch ends its reader (reported as "no progress")
+   instead of the run.
 """
 
 from __future__ import annotations
@@ -568,14 +570,28 @@ def read_cases(bench: Bench, quick: bool, repeat: int) -> dict[str, Any]:
         "consumer_ru": lambda: read_consumer(bench, topic, total, isolation_level="read_uncommitted"),
     }
     runs: dict[str, list[Measurement]] = {name: [] for name in readers}
+    # Each reader's run is paired with a raw run right beside it (order alternating between
+    # repeats): the host's speed drifts more over a repeat's seven readers than between two runs.
+    raw_beside: dict[str, list[Measurement]] = {name: [] for name in readers}
     failed: dict[str, str] = {}
     readers["raw"]()  # warm the cache (and the plan) before anything is timed
-    for _ in range(repeat):
+    for rep in range(repeat):
         for name, reader in readers.items():
             if name in failed:
                 continue
             try:
-                runs[name].append(reader())
+                if name == "raw":
+                    runs[name].append(reader())
+                    raw_beside[name].append(runs[name][-1])
+                    continue
+                if rep % 2 == 0:
+                    raw = readers["raw"]()
+                    got = reader()
+                else:
+                    got = reader()
+                    raw = readers["raw"]()
+                runs[name].append(got)
+                raw_beside[name].append(raw)
             except NoProgress as exc:
                 failed[name] = str(exc)
             except (OncelogError, psycopg.errors.QueryCanceled) as exc:
@@ -596,7 +612,7 @@ def read_cases(bench: Bench, quick: bool, repeat: int) -> dict[str, Any]:
             out["readers"][name]["error"] = failed[name]
             log(f"read {READ_TITLES[name]}: NO PROGRESS: {failed[name]}")
             continue
-        paired = [m.records_per_s / r.records_per_s for m, r in zip(measured, runs["raw"], strict=True)]
+        paired = [m.records_per_s / r.records_per_s for m, r in zip(measured, raw_beside[name], strict=True)]
         entry = pick_median(measured)
         entry.pop("mb_per_s", None)
         entry["ratio"] = round(statistics.median(paired), 3)
