@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 
@@ -146,6 +147,48 @@ def test_functions_pin_their_search_path(engine: sa.Engine) -> None:
         assert config is not None and "search_path=oncelog, pg_temp" in config, name
 
 
+class _Writer:
+    """Writes to topic ``t`` through the store's protocol calls: as transactional ids (each in its
+    first transaction) or, with ``tid`` None, plainly."""
+
+    def __init__(self, conn: sa.Connection, tids: tuple[str, ...], timeout_ms: int = 60_000) -> None:
+        self.conn = conn
+        self.ids = {
+            tid: txn.init_producer_id(conn, transactional_id=tid, transaction_timeout_ms=timeout_ms) for tid in tids
+        }
+        self.seq: dict[tuple[str, int], int] = {}
+
+    def send(self, tid: str | None, partition: int, *values: bytes) -> None:
+        batch = [RecordIn(value=v) for v in values]
+        if tid is None:
+            log.produce(self.conn, topic="t", partition=partition, records=batch)
+            return
+        ident = self.ids[tid]
+        log.produce(
+            self.conn,
+            topic="t",
+            partition=partition,
+            records=batch,
+            producer_id=ident.producer_id,
+            producer_epoch=ident.epoch,
+            base_sequence=self.seq.get((tid, partition), 0),
+            transactional_id=tid,
+            txn_number=ident.txn_number + 1,
+        )
+        self.seq[(tid, partition)] = self.seq.get((tid, partition), 0) + len(values)
+
+    def end(self, tid: str, commit: bool) -> None:
+        ident = self.ids[tid]
+        txn.end_txn(
+            self.conn,
+            transactional_id=tid,
+            producer_id=ident.producer_id,
+            epoch=ident.epoch,
+            txn_number=ident.txn_number + 1,
+            commit=commit,
+        )
+
+
 def test_0014_fills_txn_spans_from_the_log_and_downgrades_exactly(empty_db_url: str) -> None:
     """Revision 0014 moves the all-or-none probe from a per-record index to txn_spans: transactions
     committed before it get their spans from the log, open ones when they commit."""
@@ -176,38 +219,8 @@ def test_0014_fills_txn_spans_from_the_log_and_downgrades_exactly(empty_db_url: 
         migrate.upgrade(engine, revision="0013")
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             topics.create_topic(conn, name="t", partitions=2)
-            ids = {
-                tid: txn.init_producer_id(conn, transactional_id=tid, transaction_timeout_ms=60_000)
-                for tid in ("committed", "aborted", "open")
-            }
-            seq: dict[tuple[str, int], int] = {}
-
-            def send(tid: str, partition: int, *values: bytes) -> None:
-                ident = ids[tid]
-                log.produce(
-                    conn,
-                    topic="t",
-                    partition=partition,
-                    records=[RecordIn(value=v) for v in values],
-                    producer_id=ident.producer_id,
-                    producer_epoch=ident.epoch,
-                    base_sequence=seq.get((tid, partition), 0),
-                    transactional_id=tid,
-                    txn_number=ident.txn_number + 1,
-                )
-                seq[(tid, partition)] = seq.get((tid, partition), 0) + len(values)
-
-            def end(tid: str, commit: bool) -> None:
-                ident = ids[tid]
-                txn.end_txn(
-                    conn,
-                    transactional_id=tid,
-                    producer_id=ident.producer_id,
-                    epoch=ident.epoch,
-                    txn_number=ident.txn_number + 1,
-                    commit=commit,
-                )
-
+            w = _Writer(conn, ("committed", "aborted", "open"))
+            send, end, ids = w.send, w.end, w.ids
             send("committed", 0, b"c1", b"c2")  # p0: 0-1
             send("aborted", 0, b"x")  # p0: 2
             send("open", 1, b"o1")  # p1: 0
@@ -222,6 +235,7 @@ def test_0014_fills_txn_spans_from_the_log_and_downgrades_exactly(empty_db_url: 
         assert "ix_records_producer_id_txn_number" not in state()[1]
         c, o = ids["committed"], ids["open"]
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            w.conn = conn
             assert spans(conn) == {
                 (c.producer_id, c.txn_number + 1, 0): (0, 3),
                 (c.producer_id, c.txn_number + 1, 1): (1, 1),
@@ -237,5 +251,102 @@ def test_0014_fills_txn_spans_from_the_log_and_downgrades_exactly(empty_db_url: 
         assert state() == before
         with engine.connect() as conn:
             assert conn.exec_driver_sql("SELECT to_regclass('oncelog.txn_spans')").scalar_one() is None
+    finally:
+        engine.dispose()
+
+
+def test_0015_answers_every_fetch_as_before_and_downgrades_exactly(empty_db_url: str) -> None:
+    """Revision 0015 finds a fetch's bounds in one statement (fetch_bounds_v2). On one log holding
+    plain, committed, aborted, open and expired-open transactions, and a committed transaction
+    above an open one's last stable offset (the all-or-none cut), fetch_v3, fetch_v2 and
+    fetch_bounds_v1 answer every request of a grid exactly as before it, errors included."""
+    engine = create_engine(empty_db_url)
+    rewritten = ("fetch_v3", "fetch_bounds_v1", "fetch_bounds_v2")
+
+    def definitions() -> dict[str, str]:
+        with engine.connect() as conn:
+            return dict(
+                conn.exec_driver_sql(
+                    "SELECT proname, pg_get_functiondef(p.oid) || coalesce(obj_description(p.oid, 'pg_proc'), '') "
+                    "FROM pg_proc p WHERE pronamespace = 'oncelog'::regnamespace AND proname = ANY(%(n)s)",
+                    {"n": list(rewritten)},
+                ).all()
+            )
+
+    ends: dict[int, int] = {}
+    requests: list[tuple[list[str], list[int], list[int | None], int, bool]] = []
+
+    def answers() -> list[object]:
+        out: list[object] = []
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            for topics_, parts, offsets, limit, committed in requests:
+                args = {"t": topics_, "p": parts, "o": offsets, "n": limit, "rc": committed}
+                for fn in ("fetch_v3", "fetch_v2", "fetch_bounds_v1"):
+                    try:
+                        rows = conn.exec_driver_sql(
+                            f"SELECT * FROM {fn}(%(t)s::text[], %(p)s::int[], %(o)s::bigint[], %(n)s, %(rc)s)", args
+                        ).all()
+                        out.append([tuple(r) for r in rows])
+                    except sa.exc.DBAPIError as exc:
+                        # Not the CONTEXT lines: they name the function that raised.
+                        out.append((exc.orig.sqlstate, exc.orig.diag.message_primary))  # type: ignore[union-attr]
+        return out
+
+    try:
+        migrate.upgrade(engine, revision="0014")
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            topics.create_topic(conn, name="t", partitions=3)
+            w = _Writer(conn, ("a", "b", "open", "late", "stale"), timeout_ms=600_000)
+            send, end = w.send, w.end
+            send(None, 0, b"plain1", b"plain2")
+            send("a", 0, b"a1")
+            send("a", 1, b"a2", b"a3")
+            send("b", 1, b"b1")
+            end("a", True)
+            end("b", False)
+            send("open", 2, b"o1")  # holds partition 2 back from here
+            send("late", 1, b"l1")
+            send("late", 2, b"l2")  # above partition 2's last stable offset
+            end("late", True)  # read_committed returns it on neither partition 1 nor 2
+            send("stale", 0, b"s1")
+            send(None, 1, b"plain3")
+            # Setup: an open transaction past its timeout (fetches report it; none aborts it).
+            conn.exec_driver_sql(
+                "UPDATE transactions SET txn_started_at = now() - interval '1 hour' WHERE transactional_id = 'stale'"
+            )
+            ends.update(
+                (p, o)
+                for p, o in conn.exec_driver_sql(
+                    "SELECT partition, next_offset FROM partitions JOIN topics USING (topic_id) WHERE name = 't'"
+                )
+            )
+        # Every ordered pair of (partition, offset) choices, and triples of the interesting ones.
+        choices = [(p, o) for p in (0, 1, 2) for o in (0, 3, ends[p], ends[p] + 1)] + [(7, 0), (0, -1)]
+        picks = [*itertools.permutations(choices, 1), *itertools.permutations(choices, 2)]
+        picks += itertools.permutations([(0, 0), (1, 0), (2, 0), (1, 3), (7, 0)], 3)
+        for picked in picks:
+            for limit in (1, 2, 500):
+                for committed in (True, False):
+                    requests.append(
+                        (["t"] * len(picked), [p for p, _ in picked], [o for _, o in picked], limit, committed)
+                    )
+        requests.append((["t", "nope"], [1, 0], [0, 0], 10, True))
+        requests.append(([], [], [], 10, True))
+        requests.append((["t"], [0], [None], 10, True))
+        requests.append((["t", "t"], [0], [0, 0], 10, True))  # lengths differ
+        requests.append((["t"], [0], [0], 0, True))  # no record allowed
+        before_defs, before = definitions(), answers()
+        assert "fetch_bounds_v2" not in before_defs
+        # The grid holds the cut: read_committed from 0 on partitions 1 and 2 withholds "late" on both.
+        torn: tuple[list[str], list[int], list[int | None], int, bool] = (["t", "t"], [1, 2], [0, 0], 500, True)
+        rows = before[requests.index(torn) * 3]
+        assert isinstance(rows, list) and [r[3] for r in rows if r[1] is not None] == [b"a2", b"a3"]
+
+        migrate.upgrade(engine, revision="0015")
+        assert "fetch_bounds_v2" in definitions()
+        assert answers() == before
+
+        migrate.downgrade(engine, revision="0014")
+        assert definitions() == before_defs
     finally:
         engine.dispose()

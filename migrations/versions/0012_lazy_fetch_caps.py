@@ -61,8 +61,9 @@ def _as_of_0008() -> str:
     return sql[start:end].replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
 
 
-def _lazy() -> str:
-    """0008's body with the cap lookup moved from the first loop into the check's branch."""
+def lazy_fetch_bounds() -> str:
+    """fetch_bounds_v1 as this revision makes it (as CREATE OR REPLACE): 0008's body with the cap
+    lookup moved from the first loop into the check's branch."""
     body = _as_of_0008()
     if body.count(CAP_0008) != 1 or body.count(CHECK_0008) != 1:
         raise RuntimeError("fetch_bounds_v1 of revision 0008 is not the text this migration rewrites")
@@ -71,7 +72,7 @@ def _lazy() -> str:
 
 def upgrade(schema: str) -> None:
     """Replace fetch_bounds_v1's body (same signature: grants and comment stay)."""
-    op.execute(_lazy())
+    op.execute(lazy_fetch_bounds())
 
 
 def downgrade(schema: str) -> None:
