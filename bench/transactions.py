@@ -26,11 +26,14 @@ migrated to head first and dropped at the end (see ``bench/produce.py``, whose s
    a raw binary SELECT of the same columns from ``oncelog.records`` (one statement for the 4 partitions,
    keyset-paginated by offset, psycopg binary format; the baseline), the same in text format and the
    ``fetch_v3`` SQL function called directly (diagnostics), ``store.log.fetch_many`` (read_committed and
-   read_uncommitted) and ``Consumer.poll`` (max_poll_records=500, both isolation levels). Each reader's
-   run is paired with a raw run right beside it (order alternating between repeats); ratios are
-   medians of those pairs. Each reader stops at the end of the log or after 3 s; the bench database
-   sets a 10 s statement_timeout, so a pathological fetch ends its reader (reported as "no progress")
-   instead of the run.
+   read_uncommitted) and ``Consumer.poll`` (max_poll_records=500, both isolation levels). Each reader
+   runs in lockstep with a raw reader of its own: one round trip each in turn (who goes first
+   alternating), each call timed alone, so both read the same records and the host's drift falls on
+   both; records/s count the readers' own call times. A reader's ratio is the median over repeats of
+   its records/s over its raw twin's; the raw row is raw against raw (the noise left). A pair stops at
+   the end of the log or when either side has read for 3 s; the bench database sets a 10 s
+   statement_timeout, so a pathological fetch ends its reader (reported as "no progress") instead of
+   the run.
 """
 
 from __future__ import annotations
@@ -40,8 +43,9 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -428,14 +432,18 @@ def load_read_log(bench: Bench, records: int) -> tuple[str, int]:
     return topic, topic_id
 
 
-def read_raw(bench: Bench, topic_id: int, total: int, *, binary: bool) -> Measurement:
+#: A reader as the read bench drives it: each call reads the next round trip's records (about
+#: READ_BATCH) and returns how many it got.
+Step = Callable[[], int]
+
+
+@contextmanager
+def raw_reader(bench: Bench, topic_id: int, *, binary: bool) -> Iterator[Step]:
     per_partition = READ_BATCH // READ_PARTITIONS
     positions = dict.fromkeys(range(READ_PARTITIONS), 0)
-    read = 0
     with psycopg.connect(bench.conninfo, autocommit=True) as conn, conn.cursor(binary=binary) as cur:
-        started = time.perf_counter()
-        deadline = started + READ_MAX_SECONDS
-        while read < total and time.perf_counter() < deadline:
+
+        def step() -> int:
             params = {
                 "parts": list(positions),
                 "offsets": list(positions.values()),
@@ -444,23 +452,20 @@ def read_raw(bench: Bench, topic_id: int, total: int, *, binary: bool) -> Measur
             }
             cur.execute(RAW_READ, params, prepare=True)
             rows = cur.fetchall()
-            if not rows:
-                raise NoProgress(f"raw read stopped at {read} of {total} records")
             for row in rows:
                 positions[row[0]] = row[1] + 1
-            read += len(rows)
-        seconds = time.perf_counter() - started
-    return Measurement(read, seconds, 0)
+            return len(rows)
+
+        yield step
 
 
-def read_fetch_many(bench: Bench, topic: str, total: int, *, read_committed: bool) -> Measurement:
+@contextmanager
+def fetch_many_reader(bench: Bench, topic: str, *, read_committed: bool) -> Iterator[Step]:
     per_partition = READ_BATCH // READ_PARTITIONS
     positions = {(topic, p): 0 for p in range(READ_PARTITIONS)}
-    read = empty = 0
     with bench.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        started = time.perf_counter()
-        deadline = started + READ_MAX_SECONDS
-        while read < total and time.perf_counter() < deadline:
+
+        def step() -> int:
             result = store_log.fetch_many(conn, positions, max_records=per_partition, read_committed=read_committed)
             got = 0
             for key, part in result.items():
@@ -473,26 +478,21 @@ def read_fetch_many(bench: Bench, topic: str, total: int, *, read_committed: boo
                     if end is None:
                         end = part.last_stable_offset if read_committed else part.high_watermark
                     positions[key] = max(positions[key], end or 0)
-            read += got
-            empty = 0 if got else empty + 1
-            if empty > 2:
-                where = {p: o for (_, p), o in positions.items()}
-                raise NoProgress(f"stuck at {read:,} of {total:,} records, positions {where}, 3 empty fetches")
-        seconds = time.perf_counter() - started
-    return Measurement(read, seconds, 0)
+            return got
+
+        yield step
 
 
-def read_fetch_v3_direct(bench: Bench, topic: str, total: int) -> Measurement:
+@contextmanager
+def fetch_v3_reader(bench: Bench, topic: str) -> Iterator[Step]:
     """fetch_v3 (the SQL function behind fetch_many) called with psycopg, binary, rows left as tuples:
     the store's SQL without the Python client's row handling (a diagnostic). A partition's first row
     (offset NULL) carries its bounds; with nothing returned it moves to where the read stopped."""
     per_partition = READ_BATCH // READ_PARTITIONS
     positions = dict.fromkeys(range(READ_PARTITIONS), 0)
-    read = empty = 0
     with psycopg.connect(bench.conninfo, autocommit=True) as conn, conn.cursor(binary=True) as cur:
-        started = time.perf_counter()
-        deadline = started + READ_MAX_SECONDS
-        while read < total and time.perf_counter() < deadline:
+
+        def step() -> int:
             params = {
                 "topics": [topic] * READ_PARTITIONS,
                 "partitions": list(positions),
@@ -514,33 +514,47 @@ def read_fetch_v3_direct(bench: Bench, topic: str, total: int) -> Measurement:
             for p, end in ends.items():
                 if p not in returned:
                     positions[p] = max(positions[p], end)
-            read += got
-            empty = 0 if got else empty + 1
-            if empty > 2:
-                raise NoProgress(f"stuck at {read:,} of {total:,} records, positions {positions}, 3 empty fetches")
-        seconds = time.perf_counter() - started
-    return Measurement(read, seconds, 0)
+            return got
+
+        yield step
 
 
-def read_consumer(bench: Bench, topic: str, total: int, *, isolation_level: str) -> Measurement:
-    read = 0
+@contextmanager
+def consumer_reader(bench: Bench, topic: str, *, isolation_level: str) -> Iterator[Step]:
     with Consumer(bench.sa_url, isolation_level=isolation_level, max_poll_records=READ_BATCH) as consumer:
         tps = [TopicPartition(topic, p) for p in range(READ_PARTITIONS)]
         consumer.assign(tps)
         for tp in tps:
             consumer.seek(tp, 0)
-        empty = 0
-        started = time.perf_counter()
-        deadline = started + READ_MAX_SECONDS
-        while read < total and time.perf_counter() < deadline:
-            got = len(consumer.poll(0))
-            read += got
-            empty = 0 if got else empty + 1
-            if empty > 20:
-                where = {tp.partition: consumer.position(tp) for tp in tps}
-                raise NoProgress(f"stuck at {read:,} of {total:,} records, positions {where}, 20 empty polls")
-        seconds = time.perf_counter() - started
-    return Measurement(read, seconds, 0)
+        yield lambda: len(consumer.poll(0))
+
+
+def read_pair(
+    reader: AbstractContextManager[Step], raw: AbstractContextManager[Step], total: int, first: bool
+) -> tuple[Measurement, Measurement]:
+    """Read the log with ``reader`` and with the raw baseline in lockstep, one round trip each in
+    turn (``first``: the reader goes first in even rounds), each timed alone: both read the same
+    records, and a drift in the host's speed (this bench's worst noise) falls on both alike.
+    Stops when both reached ``total`` records or either read for READ_MAX_SECONDS."""
+    counts, seconds, empty = [0, 0], [0.0, 0.0], [0, 0]
+    with reader as reader_step, raw as raw_step:
+        steps = (reader_step, raw_step)
+        rounds = 0
+        while min(counts) < total and max(seconds) < READ_MAX_SECONDS:
+            order = (0, 1) if (rounds % 2 == 0) == first else (1, 0)
+            rounds += 1
+            for i in order:
+                if counts[i] >= total:
+                    continue
+                started = time.perf_counter()
+                got = steps[i]()
+                seconds[i] += time.perf_counter() - started
+                counts[i] += got
+                empty[i] = 0 if got else empty[i] + 1
+                if empty[i] > 20:
+                    who = "the raw baseline" if i else "the reader"
+                    raise NoProgress(f"{who} stopped at {counts[i]:,} of {total:,} records, 20 empty reads")
+    return Measurement(counts[0], seconds[0], 0), Measurement(counts[1], seconds[1], 0)
 
 
 READ_TITLES = {
@@ -560,36 +574,28 @@ def read_cases(bench: Bench, quick: bool, repeat: int) -> dict[str, Any]:
     topic, topic_id = load_read_log(bench, total)
     load_seconds = time.perf_counter() - started
     log(f"read log: {total:,} records in {READ_PARTITIONS} partitions written in {load_seconds:.1f} s")
-    readers: dict[str, Callable[[], Measurement]] = {
-        "raw": lambda: read_raw(bench, topic_id, total, binary=True),
-        "raw_text": lambda: read_raw(bench, topic_id, total, binary=False),
-        "fetch_v3": lambda: read_fetch_v3_direct(bench, topic, total),
-        "fetch_rc": lambda: read_fetch_many(bench, topic, total, read_committed=True),
-        "fetch_ru": lambda: read_fetch_many(bench, topic, total, read_committed=False),
-        "consumer_rc": lambda: read_consumer(bench, topic, total, isolation_level="read_committed"),
-        "consumer_ru": lambda: read_consumer(bench, topic, total, isolation_level="read_uncommitted"),
+    readers: dict[str, Callable[[], AbstractContextManager[Step]]] = {
+        "raw": lambda: raw_reader(bench, topic_id, binary=True),
+        "raw_text": lambda: raw_reader(bench, topic_id, binary=False),
+        "fetch_v3": lambda: fetch_v3_reader(bench, topic),
+        "fetch_rc": lambda: fetch_many_reader(bench, topic, read_committed=True),
+        "fetch_ru": lambda: fetch_many_reader(bench, topic, read_committed=False),
+        "consumer_rc": lambda: consumer_reader(bench, topic, isolation_level="read_committed"),
+        "consumer_ru": lambda: consumer_reader(bench, topic, isolation_level="read_uncommitted"),
     }
     runs: dict[str, list[Measurement]] = {name: [] for name in readers}
-    # Each reader's run is paired with a raw run right beside it (order alternating between
-    # repeats): the host's speed drifts more over a repeat's seven readers than between two runs.
+    # Each reader runs in lockstep with a raw reader of its own (read_pair): round trip by round
+    # trip, so that the host's drift, which over a 3 s run moved single runs by 20-30% on this
+    # machine, falls on both sides of every ratio. "raw" paired with raw shows the noise left.
     raw_beside: dict[str, list[Measurement]] = {name: [] for name in readers}
     failed: dict[str, str] = {}
-    readers["raw"]()  # warm the cache (and the plan) before anything is timed
+    read_pair(readers["raw"](), readers["raw"](), total, True)  # warm the cache and the plans
     for rep in range(repeat):
         for name, reader in readers.items():
             if name in failed:
                 continue
             try:
-                if name == "raw":
-                    runs[name].append(reader())
-                    raw_beside[name].append(runs[name][-1])
-                    continue
-                if rep % 2 == 0:
-                    raw = readers["raw"]()
-                    got = reader()
-                else:
-                    got = reader()
-                    raw = readers["raw"]()
+                got, raw = read_pair(reader(), readers["raw"](), total, rep % 2 == 0)
                 runs[name].append(got)
                 raw_beside[name].append(raw)
             except NoProgress as exc:
@@ -757,7 +763,8 @@ def render(result: dict[str, Any]) -> str:
         "",
         f"## Reads: {rd['records']:,} committed records in {rd['partitions']} partitions "
         f"({rd['txn_records']}-record transactions), up to {rd['batch']} records per round trip; "
-        f"each reader stops at its record count or after {rd['max_seconds']:.0f} s",
+        f"each reader in lockstep with a raw reader of its own (one round trip each in turn), until the end "
+        f"of the log or {rd['max_seconds']:.0f} s of reading",
         "",
         "| reader | records | records/s | ratio (reader / raw binary) |",
         "|---|---:|---:|---:|",
