@@ -147,6 +147,10 @@ def test_functions_pin_their_search_path(engine: sa.Engine) -> None:
         assert config is not None and "search_path=oncelog, pg_temp" in config, name
 
 
+#: A fetch request: topics, partitions, offsets, max records, read_committed.
+Request = tuple[list[str], list[int], list[int | None], int, bool]
+
+
 class _Writer:
     """Writes to topic ``t`` through the store's protocol calls: as transactional ids (each in its
     first transaction) or, with ``tid`` None, plainly."""
@@ -255,26 +259,35 @@ def test_0014_fills_txn_spans_from_the_log_and_downgrades_exactly(empty_db_url: 
         engine.dispose()
 
 
-def test_0015_answers_every_fetch_as_before_and_downgrades_exactly(empty_db_url: str) -> None:
-    """Revision 0015 finds a fetch's bounds in one statement (fetch_bounds_v2). On one log holding
-    plain, committed, aborted, open and expired-open transactions, and a committed transaction
-    above an open one's last stable offset (the all-or-none cut), fetch_v3, fetch_v2 and
-    fetch_bounds_v1 answer every request of a grid exactly as before it, errors included."""
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("0014", "0015"),  # a fetch's bounds in one statement (fetch_bounds_v2)
+        ("0015", "0016"),  # the all-or-none cut from txn_spans (consistent_limits_v1)
+    ],
+)
+def test_fetch_rewrites_answer_every_fetch_as_before_and_downgrade_exactly(
+    empty_db_url: str, old: str, new: str
+) -> None:
+    """Revisions that rewrite the read path for speed change no answer. On one log holding plain,
+    committed, aborted, open and expired-open transactions, and a committed transaction above an
+    open one's last stable offset (the all-or-none cut, also from inside it), fetch_v3, fetch_v2
+    and fetch_bounds_v1 answer every request of a grid exactly as before, errors included; the
+    downgrade restores every function and its comment."""
     engine = create_engine(empty_db_url)
-    rewritten = ("fetch_v3", "fetch_bounds_v1", "fetch_bounds_v2")
 
     def definitions() -> dict[str, str]:
         with engine.connect() as conn:
             return dict(
                 conn.exec_driver_sql(
-                    "SELECT proname, pg_get_functiondef(p.oid) || coalesce(obj_description(p.oid, 'pg_proc'), '') "
-                    "FROM pg_proc p WHERE pronamespace = 'oncelog'::regnamespace AND proname = ANY(%(n)s)",
-                    {"n": list(rewritten)},
+                    "SELECT p.oid::regprocedure::text, "
+                    "pg_get_functiondef(p.oid) || coalesce(obj_description(p.oid, 'pg_proc'), '') "
+                    "FROM pg_proc p WHERE pronamespace = 'oncelog'::regnamespace AND p.prokind = 'f'"
                 ).all()
             )
 
     ends: dict[int, int] = {}
-    requests: list[tuple[list[str], list[int], list[int | None], int, bool]] = []
+    requests: list[Request] = []
 
     def answers() -> list[object]:
         out: list[object] = []
@@ -293,7 +306,7 @@ def test_0015_answers_every_fetch_as_before_and_downgrades_exactly(empty_db_url:
         return out
 
     try:
-        migrate.upgrade(engine, revision="0014")
+        migrate.upgrade(engine, revision=old)
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             topics.create_topic(conn, name="t", partitions=3)
             w = _Writer(conn, ("a", "b", "open", "late", "stale"), timeout_ms=600_000)
@@ -306,6 +319,7 @@ def test_0015_answers_every_fetch_as_before_and_downgrades_exactly(empty_db_url:
             end("b", False)
             send("open", 2, b"o1")  # holds partition 2 back from here
             send("late", 1, b"l1")
+            send("late", 1, b"l1b")  # partition 1, offset 6: a read from here starts inside "late"
             send("late", 2, b"l2")  # above partition 2's last stable offset
             end("late", True)  # read_committed returns it on neither partition 1 nor 2
             send("stale", 0, b"s1")
@@ -321,9 +335,9 @@ def test_0015_answers_every_fetch_as_before_and_downgrades_exactly(empty_db_url:
                 )
             )
         # Every ordered pair of (partition, offset) choices, and triples of the interesting ones.
-        choices = [(p, o) for p in (0, 1, 2) for o in (0, 3, ends[p], ends[p] + 1)] + [(7, 0), (0, -1)]
+        choices = [(p, o) for p in (0, 1, 2) for o in sorted({0, 3, 6, ends[p], ends[p] + 1})] + [(7, 0), (0, -1)]
         picks = [*itertools.permutations(choices, 1), *itertools.permutations(choices, 2)]
-        picks += itertools.permutations([(0, 0), (1, 0), (2, 0), (1, 3), (7, 0)], 3)
+        picks += itertools.permutations([(0, 0), (1, 0), (2, 0), (1, 6), (7, 0)], 3)
         for picked in picks:
             for limit in (1, 2, 500):
                 for committed in (True, False):
@@ -336,17 +350,22 @@ def test_0015_answers_every_fetch_as_before_and_downgrades_exactly(empty_db_url:
         requests.append((["t", "t"], [0], [0, 0], 10, True))  # lengths differ
         requests.append((["t"], [0], [0], 0, True))  # no record allowed
         before_defs, before = definitions(), answers()
-        assert "fetch_bounds_v2" not in before_defs
-        # The grid holds the cut: read_committed from 0 on partitions 1 and 2 withholds "late" on both.
-        torn: tuple[list[str], list[int], list[int | None], int, bool] = (["t", "t"], [1, 2], [0, 0], 500, True)
-        rows = before[requests.index(torn) * 3]
-        assert isinstance(rows, list) and [r[3] for r in rows if r[1] is not None] == [b"a2", b"a3"]
+        # The grid holds the cut: read_committed from 0 on partitions 1 and 2 withholds "late" on
+        # both; from 6 on partition 1 (inside "late") too.
+        cut: list[tuple[Request, list[bytes]]] = [
+            ((["t", "t"], [1, 2], [0, 0], 500, True), [b"a2", b"a3"]),
+            ((["t", "t"], [1, 2], [6, 0], 500, True), []),
+            ((["t"], [1], [6], 500, True), [b"l1b", b"plain3"]),
+        ]
+        for request, values in cut:
+            rows = before[requests.index(request) * 3]
+            assert isinstance(rows, list) and [r[3] for r in rows if r[1] is not None] == values
 
-        migrate.upgrade(engine, revision="0015")
-        assert "fetch_bounds_v2" in definitions()
+        migrate.upgrade(engine, revision=new)
+        assert definitions() != before_defs
         assert answers() == before
 
-        migrate.downgrade(engine, revision="0014")
+        migrate.downgrade(engine, revision=old)
         assert definitions() == before_defs
     finally:
         engine.dispose()

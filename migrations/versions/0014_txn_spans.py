@@ -148,6 +148,11 @@ def _functions(*, now: bool) -> list[str]:
     ]
 
 
+def consistent_limits_as_of_0014() -> str:
+    """consistent_limits_v1 as this revision makes it (as CREATE OR REPLACE)."""
+    return _functions(now=True)[0]
+
+
 def upgrade(schema: str) -> None:
     """Create txn_spans, fill it, switch the probe and EndTxn to it, drop the per-record index."""
     op.create_table(
