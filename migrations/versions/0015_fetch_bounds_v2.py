@@ -1,4 +1,4 @@
-"""A fetch's bounds in one statement: fetch_bounds_v2, behind fetch_v3 and fetch_bounds_v1.
+"""A fetch's bounds in one statement: fetch_bounds_v2 behind fetch_v3, replacing fetch_bounds_v1.
 
 Revision ID: 0015
 Revises: 0014
@@ -10,7 +10,7 @@ handed its answer to fetch_v3 as rows to read back; its final query was planned 
 call. fetch_bounds_v2 looks up all partitions in one statement and answers with one row of arrays
 (OUT parameters), which fetch_v3 reads into arrays of its own. The all-or-none check that runs when
 an open transaction holds a partition back is unchanged. fetch_v3 keeps its result, grants and
-comment; fetch_bounds_v1 stays, as rows computed by fetch_bounds_v2 (a fetch's bounds as a table).
+comment; fetch_bounds_v1 (internal, fetch_v3 its only caller) is dropped.
 
 Measured on the read bench's log (4 partitions, 125 records each per call, read_committed), calls
 timed inside the server (medians of 30 rounds of 200, alternated): the bounds 98 -> 59 us, fetch_v3
@@ -150,27 +150,6 @@ COMMENT ON FUNCTION fetch_bounds_v2(text[], integer[], bigint[], integer, boolea
   'transaction holds it back, and its error (unknown_topic_or_partition, offset_out_of_range) if any.';
 """
 
-#: fetch_bounds_v1 keeps its signature and rows, now a view of fetch_bounds_v2.
-BOUNDS_V1_NOW = r"""
-CREATE OR REPLACE FUNCTION fetch_bounds_v1(p_topics text[], p_partitions integer[], p_offsets bigint[],
-                                           p_max_records integer, p_read_committed boolean)
-RETURNS TABLE (idx integer, topic_id integer, log_start_offset bigint, high_watermark bigint,
-               last_stable_offset bigint, read_limit bigint, expired_open boolean, error text)
-LANGUAGE sql STABLE
-SET search_path FROM CURRENT
-AS $fn$
-    SELECT j, b.topic_ids[j], b.log_start_offsets[j], b.high_watermarks[j], b.last_stable_offsets[j],
-           b.read_limits[j], b.expired_open[j], b.errors[j]
-    FROM fetch_bounds_v2(p_topics, p_partitions, p_offsets, p_max_records, p_read_committed) AS b
-    CROSS JOIN generate_series(1, coalesce(cardinality(p_topics), 0)) AS j
-    ORDER BY j
-$fn$;
-COMMENT ON FUNCTION fetch_bounds_v1(text[], integer[], bigint[], integer, boolean) IS
-  'Internal: fetch_bounds_v2''s answer as rows, per requested partition (idx = its position in the request) its '
-  'topic id, log start, high watermark, last stable offset, the limit the read stops at, whether an expired '
-  'transaction holds it back, or an error (unknown_topic_or_partition, offset_out_of_range).';
-"""
-
 FETCH_V3_NOW = r"""
 CREATE OR REPLACE FUNCTION fetch_v3(p_topics text[], p_partitions integer[], p_offsets bigint[],
                                     p_max_records integer, p_read_committed boolean)
@@ -238,17 +217,17 @@ def _fetch_bounds_v1_as_of_0014() -> str:
 
 
 def upgrade(schema: str) -> None:
-    """Install fetch_bounds_v2; rebuild fetch_v3 and fetch_bounds_v1 on it."""
+    """Install fetch_bounds_v2, rebuild fetch_v3 on it, drop fetch_bounds_v1."""
     op.execute(CREATE_BOUNDS_V2)
-    # Internal, like fetch_bounds_v1: called by fetch_v3 with its owner's rights.
+    # Internal, as fetch_bounds_v1 was: called by fetch_v3 with its owner's rights.
     op.execute(f"REVOKE ALL ON FUNCTION fetch_bounds_v2({FETCH_ARGS}) FROM PUBLIC")
-    # fetch_bounds_v1 changes language (plpgsql -> sql): CREATE OR REPLACE keeps its grants and comment.
-    op.execute(BOUNDS_V1_NOW)
     op.execute(FETCH_V3_NOW)
+    op.execute(f"DROP FUNCTION fetch_bounds_v1({FETCH_ARGS})")
 
 
 def downgrade(schema: str) -> None:
-    """Restore fetch_v3 and fetch_bounds_v1 as they were, then drop fetch_bounds_v2."""
-    op.execute(_fetch_v3_as_of_0014())
+    """Restore fetch_bounds_v1 (owner only, as 0008 made it) and fetch_v3, then drop fetch_bounds_v2."""
     op.execute(_fetch_bounds_v1_as_of_0014())
+    op.execute(f"REVOKE ALL ON FUNCTION fetch_bounds_v1({FETCH_ARGS}) FROM PUBLIC")
+    op.execute(_fetch_v3_as_of_0014())
     op.execute(f"DROP FUNCTION fetch_bounds_v2({FETCH_ARGS})")
