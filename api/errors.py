@@ -164,6 +164,30 @@ class InvalidRecordError(OncelogError):
     sqlstate = "OL107"
 
 
+class InvalidTimestampError(InvalidRecordError):
+    """A record's timestamp is outside [1970-01-01, now + the topic's message_timestamp_after_max_ms]."""
+
+    kafka_name = "INVALID_TIMESTAMP"
+    sqlstate = "OL109"
+
+
+class CorruptRecordError(OncelogError):
+    """A stored record cannot be decoded; seek past its offset to read on.
+
+    Revision 0017 refuses such records on the write path; this is what a reader says of one
+    written before it (or by the schema owner, who bypasses the protocol functions).
+    """
+
+    kafka_name = "CORRUPT_MESSAGE"
+
+    def __init__(self, message: str | None = None, *, topic: str = "", partition: int = -1, offset: int = -1) -> None:
+        super().__init__(message)
+        #: Where the record is: ``consumer.seek(TopicPartition(topic, partition), offset + 1)`` skips it.
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+
 class DeliveryTimeoutError(RetriableError):
     """The record was not acknowledged within delivery_timeout_ms; it may or may not have been written."""
 

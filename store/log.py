@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 
 from oncelog.errors import (
+    CorruptRecordError,
     InvalidRecordError,
     InvalidRequestError,
     OffsetOutOfRangeError,
@@ -251,7 +253,12 @@ def _fetch_many(
     # The statement runs inside whatever transaction ``conn`` is in, like every store call.
     with mapped_errors(), conn.connection.dbapi_connection.cursor(binary=True) as cur:  # type: ignore[union-attr]
         cur.execute(_FETCH, params, prepare=True)
-        rows = cur.fetchall()
+        try:
+            rows = cur.fetchall()
+        except psycopg.DataError as exc:
+            # A value the driver cannot represent: a timestamp past year 9999 or infinite, stored
+            # before revision 0017 refused them (or by the schema owner). Find the record.
+            raise _corrupt_record(cur, keys, params) from exc
     out: dict[tuple[str, int], PartitionFetch[Any]] = {}
     append = None
     prefix: tuple[Any, ...] = ()
@@ -275,12 +282,48 @@ def _fetch_many(
             prefix = keys[idx - 1] if tagged else ()
             continue
         assert append is not None  # fetch_v3 orders each partition's row before its records
-        hdrs = decode_headers(headers) if headers else ()
+        try:
+            hdrs = decode_headers(headers) if headers else ()
+        except InvalidRecordError as exc:
+            topic, partition = keys[idx - 1]
+            raise CorruptRecordError(
+                f"{topic}-{partition} offset {offset}: {exc.message}", topic=topic, partition=partition, offset=offset
+            ) from exc
         if tagged:
             append(new(record_type, (*prefix, offset, key, value, hdrs, timestamp, producer_id)))
         else:
             append(new(record_type, (offset, key, value, hdrs, timestamp, producer_id, epoch, sequence)))
     return out
+
+
+def _corrupt_record(
+    cur: psycopg.Cursor[Any], keys: list[tuple[str, int]], params: dict[str, Any]
+) -> CorruptRecordError:
+    """The error naming the first record of a fetch whose timestamp the driver could not decode.
+
+    The same fetch runs again, and the server picks the record out of its rows: the reader needs
+    no right beyond the fetch's own."""
+    found = cur.execute(_FIRST_UNREADABLE, params).fetchone()
+    if found is None:  # gone meanwhile (retention): nothing to name, the next fetch reads on
+        return CorruptRecordError("a record of this fetch could not be decoded; fetch again")
+    topic, partition = keys[found[0] - 1]
+    offset = int(found[1])
+    return CorruptRecordError(
+        f"{topic}-{partition} offset {offset}: its timestamp cannot be represented; seek past it to read on",
+        topic=topic,
+        partition=partition,
+        offset=offset,
+    )
+
+
+#: The first record of a fetch whose timestamp a client cannot represent (Python's datetime spans
+#: years 1 to 9999; 'infinity' is none). Revision 0017 refuses such timestamps on the write path.
+_FIRST_UNREADABLE = (
+    'SELECT idx, "offset" FROM fetch_v3(%(topics)s::text[], %(partitions)s::integer[], %(offsets)s::bigint[], '
+    "%(max_records)s::integer, %(read_committed)s::boolean) "
+    'WHERE "offset" IS NOT NULL AND NOT (isfinite("timestamp") AND "timestamp" >= \'0001-01-01 00:00:00+00\' '
+    'AND "timestamp" < \'10000-01-01 00:00:00+00\') ORDER BY idx, "offset" LIMIT 1'
+)
 
 
 def fetch(
@@ -329,18 +372,16 @@ def list_offsets(conn: sa.Connection, *, topic: str) -> list[PartitionOffsets]:
     ]
 
 
-def expire_producers(conn: sa.Connection, *, now: datetime | None = None) -> int:
-    """Maintenance: drop producer state idle past the expiration; returns the state rows removed."""
-    return int(_driver(conn, "SELECT expire_producers_v1(coalesce(%(now)s, now()))", {"now": now}).scalar_one())
+def expire_producers(conn: sa.Connection) -> int:
+    """Maintenance, at the server's time: drop producer state idle past the expiration; returns the
+    state rows removed."""
+    return int(_driver(conn, "SELECT expire_producers_v2()", {}).scalar_one())
 
 
-def enforce_retention(conn: sa.Connection, *, batch: int = 10_000, now: datetime | None = None) -> int:
-    """Maintenance: one bounded retention pass; returns records deleted (repeat until 0)."""
-    return int(
-        _driver(
-            conn, "SELECT enforce_retention_v1(%(batch)s, coalesce(%(now)s, now()))", {"batch": batch, "now": now}
-        ).scalar_one()
-    )
+def enforce_retention(conn: sa.Connection, *, batch: int = 10_000) -> int:
+    """Maintenance, at the server's time: one bounded retention pass; returns records deleted
+    (repeat until 0)."""
+    return int(_driver(conn, "SELECT enforce_retention_v2(%(batch)s)", {"batch": batch}).scalar_one())
 
 
 def consistent_limits(conn: sa.Connection, ranges: Sequence[tuple[str, int, int, int]]) -> dict[tuple[str, int], int]:

@@ -123,4 +123,17 @@ def decode_headers(stored: list[dict[str, str | None]] | None) -> tuple[tuple[st
     """The inverse of :func:`encode_headers` (psycopg hands jsonb over already parsed)."""
     if not stored:
         return ()
-    return tuple((str(h["key"]), None if h.get("value") is None else base64.b64decode(str(h["value"]))) for h in stored)
+    try:
+        return tuple(
+            (_text(h["key"]), None if h["value"] is None else base64.b64decode(_text(h["value"]), validate=True))
+            for h in stored
+        )
+    except (TypeError, KeyError, ValueError) as exc:  # binascii.Error is a ValueError
+        # Revision 0017 refuses such headers on the write path; older rows may still hold them.
+        raise InvalidRecordError(f"headers are not [{{key, value}}] with base64 values: {exc!r}") from exc
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a JSON string, got {type(value).__name__}")
+    return value

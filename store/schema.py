@@ -122,6 +122,28 @@ settings = sa.Table(
     comment="Store-wide settings (one row), the counterpart of Kafka's broker configuration.",
 )
 
+clock = sa.Table(
+    "clock",
+    metadata,
+    sa.Column(
+        "id",
+        sa.SmallInteger,
+        primary_key=True,
+        server_default=sa.text("1"),
+        comment="Always 1: the table has one row.",
+    ),
+    sa.Column(
+        "frozen_at",
+        sa.DateTime(timezone=True),
+        nullable=True,
+        comment="The time server_now_v1 returns while set; NULL: the server's clock.",
+    ),
+    sa.CheckConstraint("id = 1", name="single_row"),
+    comment="One row: when set, the time server_now_v1 returns instead of the server's clock; every maintenance "
+    "function reads the time there. Only the schema owner can set it (tests that need time to pass); NULL in "
+    "production.",
+)
+
 topics = sa.Table(
     "topics",
     metadata,
@@ -153,6 +175,14 @@ topics = sa.Table(
         comment="Per partition, the oldest records beyond this size are deleted by maintenance; NULL is no limit.",
     ),
     sa.Column(
+        "message_timestamp_after_max_ms",
+        sa.BigInteger,
+        nullable=False,
+        server_default=sa.text("3600000"),
+        comment="How far into the future (ms after the server's time) a record's timestamp may be: Kafka's "
+        "message.timestamp.after.max.ms (KIP-937), one hour by default as in Kafka 4.0.",
+    ),
+    sa.Column(
         "created_at",
         sa.DateTime(timezone=True),
         nullable=False,
@@ -169,6 +199,7 @@ topics = sa.Table(
         "(retention_ms IS NULL OR retention_ms > 0) AND (retention_bytes IS NULL OR retention_bytes > 0)",
         name="retention_positive",
     ),
+    sa.CheckConstraint("message_timestamp_after_max_ms > 0", name="message_timestamp_after_max_ms_positive"),
     comment="Topics: named, partitioned logs.",
 )
 
@@ -338,6 +369,13 @@ producers = sa.Table(
         server_default=_now(),
         comment="When the producer id was issued or its epoch last changed; with its sequence state, drives "
         "expiration.",
+    ),
+    sa.Column(
+        "owner",
+        pg.OID,
+        nullable=True,
+        comment="The principal (role OID) the producer id was issued to; only it may use the id (revision 0017). "
+        "NULL for ids issued before revision 0017: usable by nobody, so their holders re-initialise.",
     ),
     sa.UniqueConstraint("transactional_id"),
     sa.UniqueConstraint("producer_id", "transactional_id"),

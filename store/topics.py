@@ -14,7 +14,7 @@ from oncelog.store.errors import mapped_errors
 from oncelog.store.schema import partitions, topics
 
 #: The per-topic settings a user may set; a value of None means the default (or no limit).
-TOPIC_CONFIG_KEYS = ("max_message_bytes", "retention_ms", "retention_bytes")
+TOPIC_CONFIG_KEYS = ("max_message_bytes", "retention_ms", "retention_bytes", "message_timestamp_after_max_ms")
 
 TopicConfig = Mapping[str, int | None]
 

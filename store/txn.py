@@ -122,16 +122,15 @@ def end_txn_outcome(outcome: str, *, transactional_id: str, txn_number: int) -> 
     return outcome
 
 
-def expire_transactions(conn: sa.Connection, *, now: datetime | None = None) -> int:
+def expire_transactions(conn: sa.Connection) -> int:
     """Abort transactions open past their timeout (fencing their epoch); expire idle transactional ids.
     Returns the number of transactions aborted.
 
-    The SQL function aborts one per call, so that each abort keeps the lock order; use an
-    autocommit connection, so each call commits on its own (as every oncelog client does)."""
+    The time is the server's (a caller cannot choose it). The SQL function aborts one per call, so
+    that each abort keeps the lock order; use an autocommit connection, so each call commits on its
+    own (as every oncelog client does)."""
     total = 0
-    while n := int(
-        _call(conn, "SELECT expire_transactions_v1(coalesce(%(now)s, clock_timestamp()))", {"now": now}).scalar_one()
-    ):
+    while n := int(_call(conn, "SELECT expire_transactions_v2()", {}).scalar_one()):
         total += n
     return total
 
@@ -160,18 +159,12 @@ def list_transactions(
     return [TransactionStatus(**r._mapping) for r in rows]
 
 
-def expire_txn_history(conn: sa.Connection, *, batch: int = 10_000, now: datetime | None = None) -> int:
+def expire_txn_history(conn: sa.Connection, *, batch: int = 10_000) -> int:
     """Prune the transaction journal's history past ``txn_history_retention_ms`` (each
     transactional id keeps its newest CompleteCommit), ``batch`` rows per database transaction.
     Returns the rows deleted. Use an autocommit connection, so each batch commits on its own."""
     total = 0
-    while n := int(
-        _call(
-            conn,
-            "SELECT expire_txn_history_v1(coalesce(%(now)s, clock_timestamp()), %(batch)s)",
-            {"now": now, "batch": batch},
-        ).scalar_one()
-    ):
+    while n := int(_call(conn, "SELECT expire_txn_history_v2(%(batch)s)", {"batch": batch}).scalar_one()):
         total += n
     return total
 

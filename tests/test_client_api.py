@@ -14,6 +14,7 @@ import oncelog
 from oncelog import Admin, Consumer, ConsumerRecord, Producer, TopicPartition, errors
 from oncelog.partitioner import partition_for_key
 from oncelog.store import log
+from tests.support.clock import server_time
 
 
 @pytest.fixture
@@ -216,7 +217,8 @@ def test_the_producer_gets_a_new_id_after_its_id_expired(db_url: str, admin: Adm
         producer.send("gone", b"a").result(timeout=30)
         old = producer.producer_id
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            log.expire_producers(conn, now=datetime.now(UTC) + timedelta(days=2))
+            with server_time(conn, datetime.now(UTC) + timedelta(days=2)):
+                log.expire_producers(conn)
             assert conn.exec_driver_sql("SELECT count(*) FROM producers").scalar_one() == 0
         producer.send("gone", b"b").result(timeout=30)
         assert producer.producer_id != old and producer.producer_epoch == 0
@@ -305,7 +307,12 @@ def test_admin_topics(admin: Admin) -> None:
     admin.create_partitions("a.b_c-1", 4)
     desc = admin.describe_topic("a.b_c-1")
     assert [p.partition for p in desc.partitions] == [0, 1, 2, 3]
-    assert desc.config == {"max_message_bytes": 1048588, "retention_ms": 60_000, "retention_bytes": None}
+    assert desc.config == {
+        "max_message_bytes": 1048588,
+        "retention_ms": 60_000,
+        "retention_bytes": None,
+        "message_timestamp_after_max_ms": 3_600_000,
+    }
     admin.alter_topic_config("a.b_c-1", {"retention_ms": None, "max_message_bytes": 10})
     assert admin.describe_topic("a.b_c-1").config["retention_ms"] is None
     with pytest.raises(errors.TopicAlreadyExistsError):

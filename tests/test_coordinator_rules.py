@@ -7,7 +7,8 @@ through the public functions in a test's time, it sets it with SQL and says so:
 
 * an epoch near 32767: ``UPDATE producers SET epoch = ...``;
 * a transaction open past its timeout: ``txn_started_at`` moved back (no sleeping);
-* a transactional id idle for days: ``expire_transactions(now=<the database's clock + days>)``.
+* a transactional id idle for days: ``expire_transactions`` with the server's clock moved on
+  (tests.support.clock).
 
 No test asserts on wall-clock time.
 """
@@ -28,6 +29,7 @@ from oncelog import errors
 from oncelog.store import log, topics, txn
 from oncelog.store.records import ProduceResult, RecordIn
 from oncelog.store.txn import TransactionalIdentity
+from tests.support.clock import server_time
 
 T = "orders"
 PARTITIONS = 4
@@ -797,8 +799,10 @@ def test_expiry_aborts_only_transactions_past_their_timeout(conn: sa.Connection)
     a.send(0, b"a")
     b.send(1, b"b")
     now = db_now(conn)
-    assert txn.expire_transactions(conn, now=now) == 0
-    assert txn.expire_transactions(conn, now=now + timedelta(minutes=2)) == 1
+    with server_time(conn, now):
+        assert txn.expire_transactions(conn) == 0
+    with server_time(conn, now + timedelta(minutes=2)):
+        assert txn.expire_transactions(conn) == 1
     assert (status(conn, "a").state, status(conn, "b").state) == ("CompleteAbort", "Ongoing")
     assert status(conn, "a").producer_epoch == 1
     with pytest.raises(errors.InvalidProducerEpochError):
@@ -889,19 +893,24 @@ def test_expiring_several_transactions_keeps_the_lock_order(engine: sa.Engine, c
 # --- rule 6 / scenario 17: no plain write beside the producer's own open transaction ------------
 
 
-def test_a_plain_write_beside_an_open_transaction_on_that_partition_is_refused(conn: sa.Connection) -> None:
+def test_a_transactional_producer_id_never_writes_outside_its_transactions(conn: sa.Connection) -> None:
+    """Kafka refuses a plain write beside the producer's open transaction on that partition
+    (INVALID_TXN_STATE). Since revision 0017 a transactional id's producer id is refused on the
+    plain path altogether (deviation 38), so no timing can land a plain batch inside its
+    transaction: before the transaction, beside it on any partition, and after it."""
     a = Instance.start(conn)
-    a.send(0, b"t0")
-    before = hw(conn, 0)
-    with pytest.raises(errors.InvalidTxnStateError):
+    with pytest.raises(errors.InvalidProducerIdMappingError):
         a.send_plain(0, b"p0")
-    assert hw(conn, 0) == before
-    # another partition is fine, and visible at once
-    a.send_plain(1, b"p1")
-    assert read(conn)[1] == [b"p1"]
+    a.send(0, b"t0")
+    before = (hw(conn, 0), hw(conn, 1))
+    for partition in (0, 1):
+        with pytest.raises(errors.InvalidProducerIdMappingError):
+            a.send_plain(partition, b"p")
+    assert (hw(conn, 0), hw(conn, 1)) == before
     a.commit()
-    a.send_plain(0, b"p0")  # the transaction ended: allowed again
-    assert read(conn)[0] == [b"t0", b"p0"]
+    with pytest.raises(errors.InvalidProducerIdMappingError):
+        a.send_plain(0, b"p0")
+    assert read(conn)[0] == [b"t0"]
 
 
 # --- scenario 16: a partition written but never added ------------------------------------------
@@ -937,10 +946,12 @@ def test_an_idle_transactional_id_expires_and_its_producer_id_is_refused(conn: s
     c.abort()
     now = db_now(conn)
     # Setup by `now`: six days on, nothing has expired.
-    assert txn.expire_transactions(conn, now=now + timedelta(days=6)) == 0
+    with server_time(conn, now + timedelta(days=6)):
+        assert txn.expire_transactions(conn) == 0
     assert {status(conn, t).state for t in "abc"} == {"CompleteCommit", "Empty", "CompleteAbort"}
     # Eight days on: all three are Dead.
-    assert txn.expire_transactions(conn, now=now + timedelta(days=8)) == 0
+    with server_time(conn, now + timedelta(days=8)):
+        assert txn.expire_transactions(conn) == 0
     assert {status(conn, t).state for t in "abc"} == {"Dead"}
     assert history(conn, "a")[-1] == ("CompleteCommit", "Dead", a.pid, 0, 1)
     for inst in (a, b, c):
@@ -1017,7 +1028,8 @@ def test_txn_history_records_every_transition_in_order(conn: sa.Connection) -> N
     a.send(0)  # 3 open
     b = Instance.start(conn)  # fences 3: abort with epoch 2, then Empty
     assert b.commit() == "committed"  # 4: empty transaction
-    txn.expire_transactions(conn, now=db_now(conn) + timedelta(days=8))  # setup: 8 days idle
+    with server_time(conn, db_now(conn) + timedelta(days=8)):  # setup: 8 days idle
+        txn.expire_transactions(conn)
     c = Instance.start(conn)
     assert history(conn) == [
         (None, "Empty", p, 0, 0),
@@ -1239,7 +1251,8 @@ def test_a_span_is_found_when_the_producers_sequence_state_expired(conn: sa.Conn
     plain(conn, 0, b"p1", b"p2")  # 3-4
     # The producer's sequence state idles out while its transaction is open (the maintenance
     # call with a clock days ahead), so EndTxn finds the last record in the log instead.
-    assert log.expire_producers(conn, now=db_now(conn) + timedelta(days=30)) >= 1
+    with server_time(conn, db_now(conn) + timedelta(days=30)):
+        assert log.expire_producers(conn) >= 1
     n = a.n
     assert a.commit() == "committed"
     assert spans(conn) == {(a.pid, n, 0): (0, 2)}

@@ -369,3 +369,43 @@ def test_fetch_rewrites_answer_every_fetch_as_before_and_downgrade_exactly(
         assert definitions() == before_defs
     finally:
         engine.dispose()
+
+
+def test_0017_downgrades_to_exactly_0016(empty_db_url: str) -> None:
+    """Revision 0017 (hardening) replaces a dozen functions and swaps the maintenance functions for
+    versions without a time argument; its downgrade restores every function of 0016 with its body,
+    comment and grants, and every column."""
+    engine = create_engine(empty_db_url)
+
+    def state() -> tuple[dict[str, str], set[tuple[str, str]]]:
+        with engine.connect() as conn:
+            functions = dict(
+                conn.exec_driver_sql(
+                    "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid) "
+                    "|| coalesce(obj_description(p.oid, 'pg_proc'), '') || coalesce(p.proacl::text, '') "
+                    "FROM pg_proc p WHERE pronamespace = 'oncelog'::regnamespace AND p.prokind = 'f'"
+                ).all()
+            )
+            columns = {
+                (r[0], r[1])
+                for r in conn.exec_driver_sql(
+                    "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'oncelog'"
+                ).all()
+            }
+        return functions, columns
+
+    try:
+        migrate.upgrade(engine, revision="0016")
+        before = state()
+        migrate.upgrade(engine, revision="0017")
+        after = state()
+        assert "expire_transactions_v2()" in after[0] and "expire_transactions_v1" not in str(after[0].keys())
+        assert ("producers", "owner") in after[1]
+        migrate.downgrade(engine, revision="0016")
+        restored = state()
+        assert restored[1] == before[1]
+        assert restored[0].keys() == before[0].keys()
+        for name, definition in before[0].items():
+            assert restored[0][name] == definition, name
+    finally:
+        engine.dispose()

@@ -29,6 +29,7 @@ from oncelog.store.records import (
     encode_headers,
     record_size,
 )
+from tests.support.clock import server_time
 
 T = "events"
 MAX_SEQ = 2147483647
@@ -484,7 +485,7 @@ def test_a_producer_without_idempotence_appends_every_time(conn: sa.Connection) 
 
 
 def test_keys_headers_timestamps_and_tombstones_round_trip(conn: sa.Connection) -> None:
-    ts = datetime(2031, 2, 3, 4, 5, 6, 789000, tzinfo=UTC)
+    ts = datetime(2021, 2, 3, 4, 5, 6, 789000, tzinfo=UTC)
     sent = [
         RecordIn(value=b"v", key=b"k", headers=[("h", b"1"), ("h", None), ("\u00e9", b"\x00\xff")], timestamp=ts),
         RecordIn(value=None, key=b"k"),  # a tombstone
@@ -730,6 +731,7 @@ def test_invalid_topic_configs(conn: sa.Connection, config: dict[str, Any]) -> N
         "max_message_bytes": DEFAULT_MAX_MESSAGE_BYTES,
         "retention_ms": None,
         "retention_bytes": None,
+        "message_timestamp_after_max_ms": 3_600_000,
     }
 
 
@@ -787,6 +789,7 @@ def test_alter_config_and_reset_with_none(conn: sa.Connection) -> None:
         "max_message_bytes": 10,
         "retention_ms": 5000,
         "retention_bytes": None,
+        "message_timestamp_after_max_ms": 3_600_000,
     }
     assert topics.topic_metadata(conn, name=T).max_message_bytes == 10
     with pytest.raises(errors.RecordTooLargeError):
@@ -798,6 +801,7 @@ def test_alter_config_and_reset_with_none(conn: sa.Connection) -> None:
         "max_message_bytes": 10,
         "retention_ms": 5000,
         "retention_bytes": 1 << 40,
+        "message_timestamp_after_max_ms": 3_600_000,
     }
     # None resets: the default size limit, no retention.
     topics.alter_topic_config(
@@ -807,6 +811,7 @@ def test_alter_config_and_reset_with_none(conn: sa.Connection) -> None:
         "max_message_bytes": DEFAULT_MAX_MESSAGE_BYTES,
         "retention_ms": None,
         "retention_bytes": None,
+        "message_timestamp_after_max_ms": 3_600_000,
     }
     send(conn, None, None, None, recs(b"x" * 11))
     with pytest.raises(errors.UnknownTopicOrPartitionError):
@@ -818,7 +823,12 @@ def test_create_with_config_and_describe_and_list(conn: sa.Connection) -> None:
     d = topics.describe_topic(conn, name="cfg")
     assert d.topic_id == tid
     assert d.name == "cfg"
-    assert d.config == {"max_message_bytes": DEFAULT_MAX_MESSAGE_BYTES, "retention_ms": None, "retention_bytes": 1000}
+    assert d.config == {
+        "max_message_bytes": DEFAULT_MAX_MESSAGE_BYTES,
+        "retention_ms": None,
+        "retention_bytes": 1000,
+        "message_timestamp_after_max_ms": 3_600_000,
+    }
     assert [(p.partition, p.log_start_offset, p.high_watermark) for p in d.partitions] == [
         (0, 0, 0),
         (1, 0, 0),
@@ -847,7 +857,8 @@ def test_create_with_config_and_describe_and_list(conn: sa.Connection) -> None:
 def _retain_until_done(conn: sa.Connection, *, now: datetime, batch: int = 10_000) -> int:
     total = 0
     for _ in range(1000):
-        n = log.enforce_retention(conn, batch=batch, now=now)
+        with server_time(conn, now):
+            n = log.enforce_retention(conn, batch=batch)
         if n == 0:
             return total
         total += n
@@ -914,7 +925,7 @@ def _timed(base: datetime, tag: str, n: int, size: int = 10) -> list[RecordIn]:
 
 
 def test_time_retention_advances_the_log_start(conn: sa.Connection) -> None:
-    base = datetime(2030, 1, 1, tzinfo=UTC)
+    base = datetime(2020, 1, 1, tzinfo=UTC)
     send(conn, None, None, None, _timed(base, "r", 10))
     send(conn, None, None, None, _timed(base, "s", 3), partition=1)
     topics.alter_topic_config(conn, name=T, config={"retention_ms": 5000})
@@ -931,7 +942,8 @@ def test_time_retention_advances_the_log_start(conn: sa.Connection) -> None:
     assert log.fetch(conn, topic=T, partition=0, offset=10).records == []
     assert _log_bytes(conn) == (30, 30)
     # A pass at the same time changes nothing; a later one takes the rest.
-    assert log.enforce_retention(conn, now=base + timedelta(seconds=12)) == 0
+    with server_time(conn, base + timedelta(seconds=12)):
+        assert log.enforce_retention(conn) == 0
     assert _retain_until_done(conn, now=base + timedelta(seconds=100)) == 3
     assert offsets(conn) == (10, 10)
 
@@ -966,14 +978,15 @@ def test_size_retention_counts_keys_and_headers(conn: sa.Connection) -> None:
 
 
 def test_deletion_is_bounded_by_the_batch_argument(conn: sa.Connection) -> None:
-    base = datetime(2030, 1, 1, tzinfo=UTC)
+    base = datetime(2020, 1, 1, tzinfo=UTC)
     send(conn, None, None, None, _timed(base, "a", 7), partition=0)
     send(conn, None, None, None, _timed(base, "b", 4), partition=1)
     topics.alter_topic_config(conn, name=T, config={"retention_ms": 1000})
     now = base + timedelta(days=1)
     # Each pass deletes at most 2 records per partition, oldest first.
     for deleted, left0, left1 in [(4, 5, 2), (4, 3, 0), (2, 1, 0), (1, 0, 0), (0, 0, 0)]:
-        assert log.enforce_retention(conn, batch=2, now=now) == deleted
+        with server_time(conn, now):
+            assert log.enforce_retention(conn, batch=2) == deleted
         assert (_stored(conn, 0), _stored(conn, 1)) == (left0, left1)
         assert conn.execute(sa.text('SELECT min("offset") FROM records WHERE partition = 0')).scalar_one() == (
             None if left0 == 0 else 7 - left0
@@ -998,10 +1011,11 @@ def test_bounded_size_retention_keeps_what_the_limit_allows(conn: sa.Connection)
 
 
 def test_records_below_the_log_start_are_deleted_after_retention_is_turned_off(conn: sa.Connection) -> None:
-    base = datetime(2030, 1, 1, tzinfo=UTC)
+    base = datetime(2020, 1, 1, tzinfo=UTC)
     send(conn, None, None, None, _timed(base, "a", 6))
     topics.alter_topic_config(conn, name=T, config={"retention_ms": 1000})
-    assert log.enforce_retention(conn, batch=2, now=base + DAY) == 2
+    with server_time(conn, base + DAY):
+        assert log.enforce_retention(conn, batch=2) == 2
     assert offsets(conn) == (6, 6)
     topics.alter_topic_config(conn, name=T, config={"retention_ms": None})
     # Records below the log start are unreadable; turning retention off must not leave them stored forever.
@@ -1011,7 +1025,7 @@ def test_records_below_the_log_start_are_deleted_after_retention_is_turned_off(c
 
 
 def test_the_largest_accepted_retention_does_not_break_retention(conn: sa.Connection) -> None:
-    base = datetime(2030, 1, 1, tzinfo=UTC)
+    base = datetime(2020, 1, 1, tzinfo=UTC)
     topics.create_topic(conn, name="forever", partitions=1, config={"retention_ms": 2**63 - 1})
     topics.alter_topic_config(conn, name=T, config={"retention_ms": 1000})
     send(conn, None, None, None, _timed(base, "a", 3))
@@ -1028,7 +1042,8 @@ def test_the_largest_accepted_retention_does_not_break_retention(conn: sa.Connec
 def test_expiry_keeps_state_idle_less_than_a_day(conn: sa.Connection) -> None:
     pid = new_producer(conn)
     send(conn, pid, 0, 0, batch("a", 2))
-    assert log.expire_producers(conn, now=db_now(conn) + DAY - timedelta(minutes=1)) == 0
+    with server_time(conn, db_now(conn) + DAY - timedelta(minutes=1)):
+        assert log.expire_producers(conn) == 0
     assert state_rows(conn, pid) == 1
     assert send(conn, pid, 0, 0, batch("a", 2)).duplicate
     assert send(conn, pid, 0, 2, batch("b", 1)).base_offset == 2
@@ -1061,7 +1076,8 @@ def test_expiry_in_the_future_removes_state_and_idle_producer_ids(conn: sa.Conne
     idle = new_producer(conn)  # initialised, never wrote
     send(conn, writer, 0, 0, batch("a", 1), partition=0)
     send(conn, writer, 0, 0, batch("a", 1), partition=1)
-    assert log.expire_producers(conn, now=db_now(conn) + DAY + timedelta(minutes=1)) == 2
+    with server_time(conn, db_now(conn) + DAY + timedelta(minutes=1)):
+        assert log.expire_producers(conn) == 2
     assert state_rows(conn, writer) == 0
     # Both ids had no state left and were idle past the expiration: forgotten entirely.
     for pid in (writer, idle):
@@ -1082,8 +1098,10 @@ def test_expiry_respects_the_configured_expiration(conn: sa.Connection) -> None:
     pid = new_producer(conn)
     send(conn, pid, 0, 0, batch("a", 1))
     now = db_now(conn)
-    assert log.expire_producers(conn, now=now + timedelta(seconds=30)) == 0
+    with server_time(conn, now + timedelta(seconds=30)):
+        assert log.expire_producers(conn) == 0
     assert send(conn, pid, 0, 0, batch("a", 1)).duplicate
-    assert log.expire_producers(conn, now=now + timedelta(minutes=5)) == 1
+    with server_time(conn, now + timedelta(minutes=5)):
+        assert log.expire_producers(conn) == 1
     with pytest.raises(errors.UnknownProducerIdError):
         send(conn, pid, 0, 1, batch("b", 1))

@@ -34,6 +34,7 @@ from oncelog import errors
 from oncelog.store import create_engine
 from oncelog.store import log as store_log
 from oncelog.types import RecordMetadata
+from tests.support.clock import server_time
 from tests.support.logcheck import host_port, read_partition, sslmode_disable, values, wait_until
 from tests.support.proxy import FaultProxy
 
@@ -452,8 +453,11 @@ def test_epoch_bump_never_resequences_a_batch_whose_outcome_is_unknown(
         now = rows[0] + (rows[1] - rows[0]) / 2 + timedelta(milliseconds=expiration_ms)
         engine = create_engine(db_url, poolclass=sa.NullPool)
         try:
-            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                assert store_log.expire_producers(conn, now=now) == 1
+            with (
+                engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn,
+                server_time(conn, now),
+            ):
+                assert store_log.expire_producers(conn) == 1
         finally:
             engine.dispose()
         b = p.send("t", b"B", partition=1)  # partition 1's queue first: B is sent first

@@ -66,7 +66,7 @@ def test_no_role_writes_base_tables(logins: dict[str, str], role: str, attack: s
         ("client", "SELECT create_topic_v1('mine', 1)"),
         ("client", "SELECT delete_topic_v1('t')"),
         ("client", "SELECT abort_transaction_v1('someone')"),
-        ("client", "SELECT enforce_retention_v1()"),
+        ("client", "SELECT enforce_retention_v2()"),
         ("client", "SELECT * FROM records"),
         ("client", "SELECT txn_complete_v1('someone', true)"),  # internal: markers without checks
         ("admin", "SELECT txn_complete_v1('someone', true)"),

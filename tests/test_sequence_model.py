@@ -26,6 +26,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from oncelog import errors
 from oncelog.store import log, topics
 from oncelog.store.records import ProduceResult, RecordIn
+from tests.support.clock import server_time
 
 WINDOW = 5
 MAX_SEQ = 2147483647
@@ -336,7 +337,8 @@ class SequenceMachine(RuleBasedStateMachine):
     def expire_everything(self, slot: int, partition: int, n: int, k: int) -> None:
         """Rule 9, two days later: all sequence state goes, and so do the ids left without any."""
         now = self.conn.exec_driver_sql("SELECT now()").scalar_one()
-        log.expire_producers(self.conn, now=now + timedelta(days=2))
+        with server_time(self.conn, now + timedelta(days=2)):
+            log.expire_producers(self.conn)
         self.model.state.clear()
         self.model.producers.clear()
 

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from oncelog import Admin, Producer
 from oncelog.store import txn
+from tests.support.clock import server_time
 from tests.support.roles import login_roles
 
 LATER = timedelta(days=8)  # past the default retention of 7 days
@@ -47,8 +48,8 @@ def journal(db_url: str) -> Iterator[None]:
 
 
 def _prune(engine: sa.Engine, *, now: datetime, batch: int = 10_000) -> int:
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        return txn.expire_txn_history(conn, batch=batch, now=now)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn, server_time(conn, now):
+        return txn.expire_txn_history(conn, batch=batch)
 
 
 @pytest.mark.usefixtures("journal")
@@ -103,18 +104,22 @@ def test_history_stays_append_only_for_the_owner(engine: sa.Engine, sql: str) ->
 @pytest.mark.usefixtures("journal")
 def test_only_the_admin_role_may_prune(db_url: str, engine: sa.Engine) -> None:
     later = datetime.now(UTC) + LATER
-    with login_roles(engine, db_url, ("client", "admin")) as urls:
+    with (
+        login_roles(engine, db_url, ("client", "admin")) as urls,
+        engine.connect().execution_options(isolation_level="AUTOCOMMIT") as owner,
+        server_time(owner, later),
+    ):
         client = urls["client"].replace("postgresql+psycopg", "postgresql")
         with psycopg.connect(client, autocommit=True, options="-c search_path=oncelog") as conn:
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                conn.execute("SELECT expire_txn_history_v1(%s)", (later,))
+                conn.execute("SELECT expire_txn_history_v2()")
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute("DELETE FROM txn_history")
         admin = urls["admin"].replace("postgresql+psycopg", "postgresql")
         with psycopg.connect(admin, autocommit=True, options="-c search_path=oncelog") as conn:
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute("DELETE FROM txn_history")  # only through the function
-            deleted = conn.execute("SELECT expire_txn_history_v1(%s)", (later,)).fetchone()
+            deleted = conn.execute("SELECT expire_txn_history_v2()").fetchone()
             assert deleted is not None and deleted[0] > 0
 
 
