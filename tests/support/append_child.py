@@ -3,7 +3,8 @@
 
 Used both in threads (``write_plan``) and as a separate process::
 
-    ONCELOG_TEST_CHILD_URL=URL python -m tests.support.append_child TOPIC WRITER BATCHES PARTITIONS SEED {plain|idempotent}
+    ONCELOG_TEST_CHILD_URL=URL python -m tests.support.append_child
+        TOPIC WRITER BATCHES PARTITIONS SEED {plain|idempotent}
 
 The plan (which batch goes to which partition, with which values) is a pure function of its
 arguments, so the parent knows exactly what every writer wrote without being told.

@@ -1,7 +1,8 @@
 """A transactional copier process, in the style of Kafka's transactions system test
 (tests/kafkatest/tests/core/transactions_test.py and its TransactionalMessageCopier)::
 
-    ONCELOG_TEST_CHILD_URL=URL python -m tests.support.copier_child GROUP PARTS TARGETS MAX_POLL TXN_TIMEOUT_MS CRASH HOLD EVENTS
+    ONCELOG_TEST_CHILD_URL=URL python -m tests.support.copier_child
+        GROUP PARTS TARGETS MAX_POLL TXN_TIMEOUT_MS CRASH HOLD EVENTS
 
 The copier owns the input partitions PARTS (comma separated) of topic ``in`` and the transactional
 id ``copier-<parts joined by '-'>``. It copies every record of its partitions to the same
