@@ -216,6 +216,8 @@ def entry_points(
         "Producer.send(timestamp)": lambda v: producer.send("t", b"v", timestamp=v),
         "Producer.send(callback)": lambda v: producer.send("t", b"v", callback=v),
         "Producer.flush(timeout)": producer.flush,
+        "Producer.close(timeout)": lambda v: Producer(url).close(v),
+        "Producer.prepare_transaction(timeout)": txn.prepare_transaction,
         "Producer.partitions_for": producer.partitions_for,
         "Producer.init_transactions(timeout)": txn.init_transactions,
         "Producer.commit_transaction(timeout)": txn.commit_transaction,

@@ -63,6 +63,10 @@ def url_forms(db_url: str) -> dict[str, str]:
         (f"postgresql://app:p@{SECRET}@db/x", "postgresql://app:***@db/x"),  # an unencoded '@'
         (f"postgresql://app:{SECRET}@[::1/x?password={SECRET}", "postgresql://app:***@[::1/x?password=***"),
         ("postgresql://app@db/x?application_name=a%40b", "postgresql://app@db/x?application_name=a%40b"),
+        (
+            f"postgresql://app@/x?host=a&host=b&password={SECRET}&password=2",
+            "postgresql://app@/x?host=a&host=b&password=***&password=***",
+        ),
     ],
 )
 def test_redact_masks_every_form(url: str, shown: str) -> None:
