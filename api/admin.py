@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
+from oncelog import errors, validate
 from oncelog.client import Client
 from oncelog.store import acl, log, ops, topics, txn
 from oncelog.store.errors import mapped_errors
@@ -36,11 +37,15 @@ class Admin(Client):
 
     def create_topic(self, name: str, partitions: int = 1, config: TopicConfig | None = None) -> None:
         """Create a topic (TopicAlreadyExistsError, InvalidTopicError, InvalidPartitionsError)."""
+        _topic(name)
+        validate.integer("partitions", partitions, low=1, error=errors.InvalidPartitionsError)
+        config = None if config is None else validate.topic_config(config)
         with self._connect() as conn:
             topics.create_topic(conn, name=name, partitions=partitions, config=config)
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic with all its records and offsets."""
+        _topic(name)
         with self._connect() as conn:
             topics.delete_topic(conn, name=name)
 
@@ -51,31 +56,41 @@ class Admin(Client):
 
     def describe_topic(self, name: str) -> TopicDescription:
         """A topic's partitions (with offsets) and configuration."""
+        _topic(name)
         with self._connect() as conn:
             return topics.describe_topic(conn, name=name)
 
     def create_partitions(self, name: str, total: int) -> None:
         """Grow a topic to ``total`` partitions (partitions are never removed)."""
+        _topic(name)
+        validate.integer("total", total, low=1, error=errors.InvalidPartitionsError)
         with self._connect() as conn:
             topics.create_partitions(conn, name=name, total=total)
 
     def alter_topic_config(self, name: str, config: TopicConfig) -> None:
         """Set per-topic settings; None resets a setting to its default (no limit for retention)."""
+        _topic(name)
+        config = validate.topic_config(config)
         with self._connect() as conn:
             topics.alter_topic_config(conn, name=name, config=config)
 
     def list_transactions(self, states: list[str] | None = None) -> list[TransactionStatus]:
         """Every transactional id with its coordinator state (optionally only these states)."""
+        if states is not None:
+            states = [validate.text("state", s, error=errors.InvalidRequestError) for s in _iterable("states", states)]
         with self._connect() as conn:
             return txn.list_transactions(conn, states=states)
 
     def describe_transaction(self, transactional_id: str) -> TransactionStatus:
         """The coordinator state of one transactional id (TransactionalIdNotFoundError if unknown)."""
+        validate.text("transactional_id", transactional_id, error=errors.InvalidRequestError)
         with self._connect() as conn:
             return txn.describe_transaction(conn, transactional_id=transactional_id)
 
     def find_hanging_transactions(self, older_than: timedelta = HANGING_AFTER) -> list[TransactionStatus]:
         """Open transactions older than ``older_than``: the ones holding a last stable offset back."""
+        if not isinstance(older_than, timedelta):
+            raise errors.InvalidRequestError(f"older_than must be a timedelta, not {older_than!r}")
         with self._connect() as conn:
             return txn.list_transactions(
                 conn, states=["Ongoing", "PrepareCommit", "PrepareAbort"], older_than=older_than
@@ -84,6 +99,7 @@ class Admin(Client):
     def abort_transaction(self, transactional_id: str) -> None:
         """Abort an open transaction through the coordinator: its producer is fenced, its records
         are marked aborted, its pending offsets dropped, and the journal says so."""
+        validate.text("transactional_id", transactional_id, error=errors.InvalidRequestError)
         with self._connect() as conn:
             txn.abort_transaction(conn, transactional_id=transactional_id)
 
@@ -100,11 +116,13 @@ class Admin(Client):
     def expire_txn_history(self, batch: int = 10_000) -> int:
         """Prune the transaction journal's history past ``txn_history_retention_ms`` (each
         transactional id keeps its newest CompleteCommit); returns rows deleted."""
+        validate.integer("batch", batch, low=1, error=errors.InvalidRequestError)
         with self._connect() as conn:
             return txn.expire_txn_history(conn, batch=batch)
 
     def enforce_retention(self, batch: int = 10_000) -> int:
         """Apply every topic's retention, deleting in bounded batches; returns records deleted."""
+        validate.integer("batch", batch, low=1, error=errors.InvalidRequestError)
         total = 0
         with self._connect() as conn:
             while deleted := log.enforce_retention(conn, batch=batch):
@@ -120,18 +138,24 @@ class Admin(Client):
 
     def list_offsets(self, topic: str) -> list[PartitionOffsets]:
         """Log start offset, high watermark and last stable offset of every partition of ``topic``."""
+        _topic(topic)
         with self._connect() as conn:
             return log.list_offsets(conn, topic=topic)
 
     def offsets_for_times(self, topic: str, timestamp: datetime) -> dict[TopicPartition, int]:
         """Per partition, the first offset whose record is at or after ``timestamp`` (else the
         high watermark), as Kafka's ListOffsets by timestamp."""
+        _topic(topic)
+        validate.aware_datetime("timestamp", timestamp)
         with self._connect() as conn:
             found = ops.offsets_for_times(conn, topic=topic, timestamp=timestamp)
         return {TopicPartition(topic, p): offset for p, offset in found.items()}
 
     def describe_producers(self, topic: str, partition: int | None = None) -> list[ProducerState]:
         """The producers with sequence state on ``topic`` (Kafka's kafka-transactions.sh describe-producers)."""
+        _topic(topic)
+        if partition is not None:
+            validate.integer("partition", partition, error=errors.InvalidRequestError)
         with self._connect() as conn:
             return ops.describe_producers(conn, topic=topic, partition=partition)
 
@@ -142,11 +166,13 @@ class Admin(Client):
 
     def describe_group(self, group_id: str) -> GroupDescription:
         """A group's state, members, assignments and offsets (GroupIdNotFoundError if unknown)."""
+        validate.text("group_id", group_id, error=errors.InvalidGroupIdError)
         with self._connect() as conn:
             return ops.describe_group(conn, group_id=group_id)
 
     def group_lag(self, group_id: str) -> list[PartitionLag]:
         """A group's committed offset and lag on every partition it reads or has offsets for."""
+        validate.text("group_id", group_id, error=errors.InvalidGroupIdError)
         with self._connect() as conn:
             return ops.group_lag(conn, group_id=group_id)
 
@@ -160,7 +186,10 @@ class Admin(Client):
         ``dry_run`` (the default) the same checks run and the answer is the same, but nothing is
         written: the call runs in a database transaction that is rolled back.
         """
-        wanted = {(tp.topic, tp.partition): offset for tp, offset in offsets.items()}
+        validate.text("group_id", group_id, error=errors.InvalidGroupIdError)
+        wanted = {tp: offset for tp, (offset, _) in validate.offset_map(offsets).items()}
+        if not isinstance(dry_run, bool):
+            raise errors.InvalidRequestError(f"dry_run must be True or False, not {dry_run!r}")
         # Not the autocommit connection of the other calls: the dry run needs a transaction to roll back.
         with mapped_errors():
             conn = self._engine.connect()
@@ -181,7 +210,7 @@ class Admin(Client):
         InvalidRequestError for a principal that is not a role, or a resource type, pattern type,
         operation or name that does not fit. ACLs take effect only while enforcement is on
         (:meth:`set_acl_enforcement`)."""
-        wanted = list(acls)
+        wanted = [validate.acl_binding(a) for a in _iterable("acls", acls)]
         with mapped_errors():
             conn = self._engine.connect()
         with conn:
@@ -193,7 +222,7 @@ class Admin(Client):
     def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[AclBinding]:
         """Delete every ACL matching one of ``filters`` (a None field matches anything), in one
         database transaction; returns the ACLs deleted."""
-        wanted = list(filters)
+        wanted = [validate.acl_filter(f) for f in _iterable("filters", filters)]
         with mapped_errors():
             conn = self._engine.connect()
         with conn:
@@ -204,6 +233,8 @@ class Admin(Client):
 
     def describe_acls(self, acl_filter: AclBindingFilter | None = None) -> list[AclBinding]:
         """The ACLs matching ``acl_filter`` (all of them without one)."""
+        if acl_filter is not None:
+            validate.acl_filter(acl_filter)
         with self._connect() as conn:
             return acl.describe_acls(conn, acl_filter or AclBindingFilter())
 
@@ -213,6 +244,8 @@ class Admin(Client):
         On: client and reader roles may do only what an ACL allows (the admin role and the schema
         owner are not subject to ACLs); create the ACLs first. Off: every role may do what its
         grants allow, as before ACLs."""
+        if not isinstance(enabled, bool):
+            raise errors.InvalidRequestError(f"enabled must be True or False, not {enabled!r}")
         with self._connect() as conn:
             return acl.set_acl_enforcement(conn, enforce=enabled)
 
@@ -220,3 +253,14 @@ class Admin(Client):
         """Whether the installation enforces its ACLs."""
         with self._connect() as conn:
             return acl.acl_enforcement(conn)
+
+
+def _topic(name: object) -> None:
+    """A topic name the store can look up (which names are legal is the store's rule)."""
+    validate.text("topic", name, error=errors.InvalidTopicError)
+
+
+def _iterable(name: str, values: object) -> list[object]:
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise errors.InvalidRequestError(f"{name} must be an iterable, not {values!r}")
+    return list(values)

@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
 from typing import Any
 
-from oncelog import errors
+from oncelog import errors, validate
 from oncelog.client import Client
-from oncelog.errors import ConfigurationError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from oncelog.errors import ConfigurationError, UnknownTopicOrPartitionError
 from oncelog.fetcher import Fetcher
 from oncelog.metrics import WindowedRate
 from oncelog.serde import Deserializer, deserialize_bytes, resolve_deserializer
@@ -87,6 +87,24 @@ class Consumer(Client):
         key_deserializer: str | Deserializer | None = "bytes",
         value_deserializer: str | Deserializer | None = "bytes",
     ) -> None:
+        # Numbers first: the rules below compare them, which a str or a NaN would break.
+        for name, value in (
+            ("auto_commit_interval_ms", auto_commit_interval_ms),
+            ("heartbeat_interval_ms", heartbeat_interval_ms),
+            ("max_poll_interval_ms", max_poll_interval_ms),
+            ("default_api_timeout_ms", default_api_timeout_ms),
+            ("fetch_min_backoff_ms", fetch_min_backoff_ms),
+            ("fetch_max_backoff_ms", fetch_max_backoff_ms),
+        ):
+            validate.number(name, value, error=ConfigurationError)
+        # Sent to the store as integer columns.
+        validate.integer("session_timeout_ms", session_timeout_ms, error=ConfigurationError)
+        validate.integer("max_poll_records", max_poll_records, error=ConfigurationError)
+        validate.optional_text("client_id", client_id, error=ConfigurationError)
+        validate.optional_text("group_instance_id", group_instance_id, error=ConfigurationError, max_length=255)
+        validate.optional_text("group_id", group_id, error=errors.InvalidGroupIdError)
+        if enable_auto_commit is not None and not isinstance(enable_auto_commit, bool):
+            raise ConfigurationError(f"enable_auto_commit must be True, False or None, not {enable_auto_commit!r}")
         if isolation_level not in _ISOLATION_LEVELS:
             raise ConfigurationError(f"isolation_level must be one of {_ISOLATION_LEVELS}, not {isolation_level!r}")
         if auto_offset_reset not in _RESETS:
@@ -174,7 +192,7 @@ class Consumer(Client):
         """Read exactly these partitions (replacing any earlier assignment); no group membership."""
         if self._subscription is not None:
             raise errors.IllegalStateError("this consumer subscribed; unsubscribe() before assign()")
-        wanted = [TopicPartition(*tp) for tp in partitions]
+        wanted = validate.topic_partitions(partitions)
         self._bounds(wanted)  # raises for unknown partitions
         self._set_assignment(wanted)
         self._awaiting |= {tp for tp in self._assignment if tp not in self._positions}
@@ -192,9 +210,13 @@ class Consumer(Client):
         """
         if self.group_id is None:
             raise ConfigurationError("subscribe() needs a group_id")
-        names = sorted(set(topics))
-        if not names or not all(isinstance(t, str) for t in names):
+        if isinstance(topics, str | bytes) or not isinstance(topics, Iterable):
+            raise ConfigurationError(f"subscribe to an iterable of topic names, not {topics!r}")
+        names = sorted({validate.text("topic", t, error=errors.InvalidTopicError) for t in topics})
+        if not names:
             raise ConfigurationError("subscribe to one or more topic names")
+        validate.callback("on_assign", on_assign)
+        validate.callback("on_revoke", on_revoke)
         self._subscription = names
         self._on_assign, self._on_revoke = on_assign, on_revoke
         self._join()
@@ -217,9 +239,7 @@ class Consumer(Client):
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Read ``partition`` from ``offset`` at the next poll."""
         tp = self._assigned(partition)
-        if offset < 0:
-            raise OffsetOutOfRangeError(f"offset must be >= 0, not {offset}")
-        self._positions[tp] = offset
+        self._positions[tp] = validate.offset("offset", offset)
         self._awaiting.discard(tp)
 
     def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
@@ -248,11 +268,11 @@ class Consumer(Client):
 
     def pause(self, partitions: Iterable[TopicPartition]) -> None:
         """Stop returning records from these partitions until resumed."""
-        self._paused |= {self._assigned(tp) for tp in partitions}
+        self._paused |= {self._assigned(tp) for tp in validate.topic_partitions(partitions)}
 
     def resume(self, partitions: Iterable[TopicPartition]) -> None:
         """Return records from these partitions again."""
-        self._paused -= {TopicPartition(*tp) for tp in partitions}
+        self._paused -= set(validate.topic_partitions(partitions))
 
     def paused(self) -> set[TopicPartition]:
         """The paused partitions."""
@@ -269,7 +289,8 @@ class Consumer(Client):
         group_id = self._require_group()
         if offsets is None:
             offsets = {tp: pos for tp, pos in self._positions.items() if tp in self._assignment}
-        if not offsets:
+        wanted = validate.offset_map(offsets)
+        if not wanted:
             return
         member = self._member
         started = time.monotonic()
@@ -277,7 +298,7 @@ class Consumer(Client):
             groups.offset_commit(
                 conn,
                 group_id=group_id,
-                offsets=_offset_map(offsets),
+                offsets=wanted,
                 member_id=member.member_id if member else None,
                 group_instance_id=self._instance_id if member else None,
                 generation=member.generation if member else None,
@@ -290,7 +311,7 @@ class Consumer(Client):
         """The group's committed offsets (waiting, for read_committed, while a transaction holds
         pending offsets for a partition)."""
         group_id = self._require_group()
-        wanted = [TopicPartition(*tp) for tp in partitions]
+        wanted = validate.topic_partitions(partitions)
         found = self._fetch_committed(group_id, wanted, wait=True)
         return {tp: found.get(tp) for tp in wanted}
 
@@ -312,7 +333,10 @@ class Consumer(Client):
         in this poll or on none. Waiting backs off from ``fetch_min_backoff_ms`` to
         ``fetch_max_backoff_ms`` between empty fetches.
         """
-        deadline = time.monotonic() + max(timeout, 0.0)
+        # Not None: poll() always returns by its timeout. A negative one (a deadline passed) means 0.
+        limit = validate.INT32_MAX / 1000
+        wait = validate.number("timeout", timeout, low=-limit, high=limit, error=errors.InvalidRequestError)
+        deadline = time.monotonic() + max(wait, 0.0)
         backoff = self._min_backoff
         while True:
             self._last_poll = time.monotonic()
@@ -610,13 +634,13 @@ class Consumer(Client):
         self._awaiting &= keep
 
     def _assigned(self, partition: TopicPartition) -> TopicPartition:
-        tp = TopicPartition(*partition)
+        tp = validate.topic_partition(partition)
         if tp not in self._assignment:
             raise ConfigurationError(f"partition {tp} is not assigned to this consumer")
         return tp
 
     def _bounds(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
-        wanted = [TopicPartition(*tp) for tp in partitions]
+        wanted = validate.topic_partitions(partitions)
         out: dict[TopicPartition, tuple[int, int]] = {}
         committed = self.isolation_level == "read_committed"
         with self._connect() as conn:
@@ -633,7 +657,8 @@ class Consumer(Client):
         return out
 
     def _seek_to(self, partitions: Iterable[TopicPartition] | None, *, end: bool) -> None:
-        tps = [self._assigned(tp) for tp in (self._assignment if partitions is None else partitions)]
+        given = self._assignment if partitions is None else validate.topic_partitions(partitions)
+        tps = [self._assigned(tp) for tp in given]
         for tp, (start, hw) in self._bounds(tps).items():
             self._positions[tp] = hw if end else start
             self._awaiting.discard(tp)
@@ -705,13 +730,3 @@ class Consumer(Client):
             self.commit()
         except (errors.IllegalGenerationError, errors.UnknownMemberIdError, errors.UnassignedPartitionError):
             logger.info("auto-commit raced a rebalance; the new owner resumes from the last commit")
-
-
-def _offset_map(offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> dict[tuple[str, int], tuple[int, str]]:
-    out: dict[tuple[str, int], tuple[int, str]] = {}
-    for tp, value in offsets.items():
-        offset, metadata = (value.offset, value.metadata) if isinstance(value, OffsetAndMetadata) else (value, "")
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise errors.InvalidRequestError(f"offset for {tp} must be an integer >= 0, not {offset!r}")
-        out[(tp[0], tp[1])] = (offset, metadata)
-    return out

@@ -23,12 +23,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
-from oncelog import errors
+from oncelog import errors, validate
 from oncelog.accumulator import PendingRecord, ProducerBatch, RecordAccumulator
 from oncelog.client import Client
 from oncelog.metrics import WindowedRate
@@ -95,13 +95,19 @@ class Producer(Client):
             retry_backoff_ms=retry_backoff_ms,
             retry_backoff_max_ms=retry_backoff_max_ms,
         )
+        _check_config(max_block_ms=max_block_ms, metadata_max_age_ms=metadata_max_age_ms)
+        # An int32 (the store's column), checked even without a transactional_id, as Kafka does.
+        validate.integer("transaction_timeout_ms", transaction_timeout_ms, low=1, error=errors.ConfigurationError)
+        if not isinstance(enable_idempotence, bool):
+            raise errors.ConfigurationError(f"enable_idempotence must be True or False, not {enable_idempotence!r}")
+        if partitioner is not None and not callable(partitioner):
+            raise errors.ConfigurationError("partitioner must be callable or None")
         if transactional_id is not None:
             if not enable_idempotence:
                 raise errors.ConfigurationError("a transactional producer needs enable_idempotence=True")
-            if not isinstance(transactional_id, str) or not 1 <= len(transactional_id) <= 255:
+            validate.text("transactional_id", transactional_id, error=errors.ConfigurationError, max_length=255)
+            if not transactional_id:
                 raise errors.ConfigurationError("transactional_id must be a string of 1 to 255 characters")
-            if transaction_timeout_ms <= 0:
-                raise errors.ConfigurationError("transaction_timeout_ms must be positive")
         super().__init__(database_url, schema=schema, pool_size=2)
         self._idempotent = enable_idempotence
         self.transactional_id = transactional_id
@@ -201,14 +207,17 @@ class Producer(Client):
             raise errors.ProducerClosedError()
         if self._txn is not None:
             self._txn.require_in_transaction()
-        key_bytes = self._key_ser(key)
-        value_bytes = self._value_ser(value)
-        header_list = _headers(headers)
-        ts = _timestamp(timestamp)
+        # Every argument is checked before anything is queued: a bad one raises here, typed.
+        validate.text("topic", topic, error=errors.InvalidTopicError)
+        validate.callback("callback", callback)
+        key_bytes = validate.serialized("key", self._key_ser, key)
+        value_bytes = validate.serialized("value", self._value_ser, value)
+        header_list = validate.headers(headers)
+        ts = validate.record_timestamp(timestamp)
         meta = self._topic_metadata(topic)
         if partition is None:
             partition = self._partitioner(topic, key_bytes, meta.partitions)
-        if not isinstance(partition, int) or not 0 <= partition < meta.partitions:
+        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < meta.partitions:
             raise errors.UnknownTopicOrPartitionError(
                 f"partition {partition!r} of topic {topic!r} does not exist ({meta.partitions} partitions)"
             )
@@ -248,6 +257,7 @@ class Producer(Client):
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every queued record now and wait until all have completed (or ``timeout`` passes)."""
+        validate.timeout("timeout", timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             self._flushing += 1
@@ -268,6 +278,7 @@ class Producer(Client):
     def init_transactions(self, timeout: float | None = None) -> None:
         """Register the transactional id: fence every older instance (aborting its open
         transaction) and get the epoch this instance writes with. Call once, first."""
+        validate.timeout("timeout", timeout)
         state = self._require_transactional()
         retry = state.state is TxnState.INITIALIZING and self._init_timed_out
         if state.state is not TxnState.UNINITIALIZED and not retry:
@@ -303,6 +314,7 @@ class Producer(Client):
         ABORTABLE_ERROR: call :meth:`abort_transaction`, then carry on. A fatal error (fenced by
         another instance) means this producer must be closed.
         """
+        validate.timeout("timeout", timeout)
         state = self._require_transactional()
         started = time.monotonic()
         if not state.require_can_commit():
@@ -327,6 +339,7 @@ class Producer(Client):
         """Abort the transaction: records not yet sent are dropped (their futures fail with
         TransactionAbortedError), the rest are marked aborted and never reach read_committed
         readers. After an error, the producer also bumps its epoch (KIP-360) and carries on."""
+        validate.timeout("timeout", timeout)
         state = self._require_transactional()
         started = time.monotonic()
         after_error = state.state is TxnState.ABORTABLE_ERROR
@@ -364,6 +377,7 @@ class Producer(Client):
         database transaction of its own (``oncelog.store.txn.end_txn``), e.g. a Spark driver
         committing every task's output at once. Like Kafka's KIP-939 prepare. This producer is
         closed afterwards; the store aborts the transaction at its timeout if nobody ends it."""
+        validate.timeout("timeout", timeout)
         state = self._require_transactional()
         state.require_can_commit()
         self.flush(timeout)
@@ -390,15 +404,15 @@ class Producer(Client):
         member, its generation and (beyond Kafka) that it owns those partitions; a member that
         missed a rebalance gets an abortable error: abort the transaction, its output is dropped.
         """
+        validate.timeout("timeout", timeout)
+        pairs = validate.offset_map(offsets)
+        if not isinstance(group_metadata, ConsumerGroupMetadata):
+            raise errors.InvalidRequestError("group_metadata must be Consumer.group_metadata()'s ConsumerGroupMetadata")
         state = self._require_transactional()
         state.require_in_transaction()
         assert self._identity is not None and self.transactional_id is not None  # in a transaction
         started = time.monotonic()
         ident, tid, number = self._identity, self.transactional_id, self._txn_number
-        pairs = {}
-        for tp, value in offsets.items():
-            offset, metadata = (value.offset, value.metadata) if isinstance(value, OffsetAndMetadata) else (value, "")
-            pairs[(tp[0], tp[1])] = (offset, metadata)
         try:
             self._retrying(
                 timeout,
@@ -552,6 +566,7 @@ class Producer(Client):
 
         An open transaction is aborted first (best effort; the store would abort it at its
         timeout anyway)."""
+        validate.timeout("timeout", timeout)
         if self._closed:
             return
         if (
@@ -582,6 +597,7 @@ class Producer(Client):
 
     def partitions_for(self, topic: str) -> list[int]:
         """The partition numbers of ``topic``."""
+        validate.text("topic", topic, error=errors.InvalidTopicError)
         return list(range(self._topic_metadata(topic, refresh=True).partitions))
 
     def metrics(self) -> dict[str, float]:
@@ -905,36 +921,13 @@ def _attach(future: Future[RecordMetadata], callback: Callback) -> None:
     future.add_done_callback(done)
 
 
-def _headers(headers: Headers | Mapping[str, bytes | None] | None) -> list[tuple[str, bytes | None]] | None:
-    if headers is None:
-        return None
-    items = list(headers.items()) if isinstance(headers, Mapping) else list(headers)
-    out: list[tuple[str, bytes | None]] = []
-    for item in items:
-        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
-            raise errors.InvalidRecordError(f"a header must be a (str, bytes | None) pair, not {item!r}")
-        k, v = item
-        if v is not None and not isinstance(v, bytes | bytearray | memoryview):
-            raise errors.InvalidRecordError(f"header {k!r}: value must be bytes or None, not {type(v).__name__}")
-        out.append((k, None if v is None else bytes(v)))
-    return out or None
-
-
-def _timestamp(ts: datetime | float | None) -> datetime | None:
-    if ts is None:
-        return None
-    if isinstance(ts, datetime):
-        if ts.tzinfo is None:
-            raise errors.InvalidRecordError("timestamp must be timezone-aware (naive datetimes are ambiguous)")
-        return ts
-    if isinstance(ts, int | float) and not isinstance(ts, bool) and ts >= 0:
-        return datetime.fromtimestamp(ts / 1000, tz=UTC)
-    raise errors.InvalidRecordError(f"timestamp must be a datetime or milliseconds since the epoch, not {ts!r}")
-
-
 def _check_config(**values: float) -> None:
-    if values["linger_ms"] < 0:
-        raise errors.ConfigurationError("linger_ms must be >= 0")
+    """Settings in milliseconds, bytes or counts: each a finite number from 0 to int32's maximum
+    (a NaN linger would compare false everywhere and never send), then the rules of each."""
+    for name, value in values.items():
+        validate.number(name, value, error=errors.ConfigurationError)
+    if "linger_ms" not in values:
+        return
     for name in ("batch_size", "max_batch_records", "buffer_memory", "delivery_timeout_ms"):
         if values[name] <= 0:
             raise errors.ConfigurationError(f"{name} must be positive")

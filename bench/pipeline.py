@@ -154,11 +154,18 @@ def waiter_main(url: str, topic: str, min_backoff_ms: int, max_backoff_ms: int) 
     return 0
 
 
-def spawn(args: list[str]) -> tuple[subprocess.Popen[str], IO[str]]:
-    """Start ``python -m bench.pipeline <args>``; stderr goes to a temporary file (read on failure)."""
+#: How a child process gets its database URL: in its environment, never on its command line
+#: (readable by every local user, and shown in the error of a failed child).
+CHILD_URL_ENV = "ONCELOG_DATABASE_URL"
+
+
+def spawn(args: list[str], *, url: str) -> tuple[subprocess.Popen[str], IO[str]]:
+    """Start ``python -m bench.pipeline <args>`` with ``url`` in its environment; stderr goes to a
+    temporary file (read on failure)."""
     err = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed by finish())
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench.pipeline", *args],
+        env={**os.environ, CHILD_URL_ENV: url},
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=err,
@@ -217,7 +224,7 @@ class Pipeline:
     def _start(self) -> None:
         for k in range(self.members):
             self.procs.append(
-                spawn(["_member", self.bench.sa_url, self.input, self.output, self.group, f"{self.group}-m{k}"])
+                spawn(["_member", self.input, self.output, self.group, f"{self.group}-m{k}"], url=self.bench.sa_url)
             )
         deadline = time.monotonic() + 60
         with psycopg.connect(self.bench.conninfo, autocommit=True) as conn:
@@ -411,7 +418,7 @@ class Waiter:
         self.max_backoff_ms = max_backoff_ms
         self.app_name = f"bench-waiter-{max_backoff_ms}-{uuid.uuid4().hex[:6]}"
         url = with_app_name(bench.sa_url, self.app_name)
-        self.proc, self.err = spawn(["_waiter", url, topic, "5", str(max_backoff_ms)])
+        self.proc, self.err = spawn(["_waiter", topic, "5", str(max_backoff_ms)], url=url)
         self.seen: dict[int, int] = {}
         self.ready = threading.Event()
         self.cpu: tuple[float, float] | None = None
@@ -786,9 +793,9 @@ def render(result: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     if args_in[:1] == ["_member"]:
-        return member_main(*args_in[1:6])
+        return member_main(os.environ[CHILD_URL_ENV], *args_in[1:5])
     if args_in[:1] == ["_waiter"]:
-        return waiter_main(args_in[1], args_in[2], int(args_in[3]), int(args_in[4]))
+        return waiter_main(os.environ[CHILD_URL_ENV], args_in[1], int(args_in[2]), int(args_in[3]))
     parser = bench_parser("bench.pipeline", __doc__, "runs per throughput measurement (default 2; 1 with --quick)")
     args = parser.parse_args(args_in)
     result = run(args.quick, repeat_count(parser, args, 2))

@@ -48,6 +48,10 @@ def jdbc_target(url: str, *, schema: str = "oncelog") -> JdbcTarget:
     if not parsed.host or not parsed.database:
         raise ConfigurationError("Spark needs a TCP database URL with a host and a database name")
     props = {"driver": DRIVER_CLASS, "user": parsed.username or "postgres"}
-    if parsed.password:
-        props["password"] = str(parsed.password)
+    # The password may come as userinfo or as libpq's ?password= query parameter (the JDBC URL
+    # carries neither: it goes in the properties, which no repr shows).
+    query_password = parsed.query.get("password")
+    password = parsed.password or (query_password if isinstance(query_password, str) else None)
+    if password:
+        props["password"] = str(password)
     return JdbcTarget(f"jdbc:postgresql://{parsed.host}:{parsed.port or 5432}/{parsed.database}", props, schema)

@@ -36,6 +36,7 @@ import oncelog
 from oncelog.store import create_engine, log
 from oncelog.store.records import RecordIn
 from oncelog.types import RecordMetadata
+from tests.support import child_env
 from tests.support.append_child import Plan, plan, write_plan
 from tests.support.logcheck import read_partition, sslmode_disable
 
@@ -258,7 +259,6 @@ def test_writer_processes_commit_in_offset_order(db_url: str) -> None:
                 sys.executable,
                 "-m",
                 "tests.support.append_child",
-                db_url,
                 "t",
                 name,
                 str(batches),
@@ -267,6 +267,7 @@ def test_writer_processes_commit_in_offset_order(db_url: str) -> None:
                 "idempotent" if i % 2 else "plain",
             ],
             cwd=REPO,
+            env=child_env(db_url),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

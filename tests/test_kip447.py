@@ -35,6 +35,7 @@ import sqlalchemy as sa
 from oncelog import Admin, Consumer, ConsumerRecord, OffsetAndMetadata, Producer, TopicPartition, errors
 from oncelog.store import groups
 from oncelog.txn_state import TxnState
+from tests.support import child_env
 
 REPO = Path(__file__).resolve().parents[1]
 IN, OUT = "in", "out"
@@ -331,13 +332,13 @@ class Child:
                 sys.executable,
                 "-m",
                 "tests.support.kip447_member_child",
-                url,
                 "g",
                 transactional_id,
                 str(timeout_ms),
                 str(self.events_path),
             ],
             cwd=REPO,
+            env=child_env(url),
             stdout=subprocess.DEVNULL,
             stderr=self._stderr,
         )

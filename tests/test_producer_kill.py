@@ -30,6 +30,7 @@ import pytest
 import oncelog
 from oncelog.partitioner import partition_for_key
 from oncelog.store.records import FetchedRecord
+from tests.support import child_env
 from tests.support.logcheck import read_partition, wait_until
 from tests.support.producer_child import key_for
 
@@ -42,8 +43,9 @@ VICTIM_COUNT = 1_000_000
 
 def start_child(db_url: str, name: str, count: int, ack_file: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.producer_child", db_url, "t", name, str(count), str(ack_file)],
+        [sys.executable, "-m", "tests.support.producer_child", "t", name, str(count), str(ack_file)],
         cwd=REPO,
+        env=child_env(db_url),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

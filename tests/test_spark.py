@@ -725,3 +725,7 @@ def test_jdbc_target_hides_the_password() -> None:
         assert "alice" in shown and "db.example" in shown
     with pytest.raises(ConfigurationError):
         oncelog.spark.jdbc_target("postgresql:///logs")  # no host: Spark's JDBC needs TCP
+    # libpq's query parameter form: the password goes in the properties, never in the JDBC URL.
+    query = oncelog.spark.jdbc_target("postgresql://alice@db.example/logs?password=s3cr%40t")
+    assert query.properties["password"] == "s3cr@t"
+    assert "s3cr" not in query.url and "s3cr" not in repr(query)

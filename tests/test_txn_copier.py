@@ -62,6 +62,7 @@ import oncelog
 from oncelog import Consumer, TopicPartition
 from oncelog.store import create_engine, log
 from oncelog.store.records import FetchedRecord
+from tests.support import child_env
 from tests.support.copier_child import EXIT_FENCED, IN, OUT, PROGRESS, transactional_id
 
 REPO = Path(__file__).resolve().parents[1]
@@ -189,7 +190,6 @@ class Supervisor:
                     sys.executable,
                     "-m",
                     "tests.support.copier_child",
-                    self.url,
                     str(group),
                     ",".join(map(str, parts)),
                     ",".join(str(PER_PARTITION) for _ in parts),
@@ -200,6 +200,7 @@ class Supervisor:
                     str(events_path),
                 ],
                 cwd=REPO,
+                env=child_env(self.url),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=err,

@@ -44,6 +44,7 @@ import oncelog
 from oncelog import Consumer, TopicPartition
 from oncelog.store import create_engine, log
 from oncelog.store.records import PartitionFetch
+from tests.support import child_env
 
 REPO = Path(__file__).resolve().parents[1]
 TID = "zombie-tid"
@@ -61,8 +62,9 @@ class TxnChild:
 
     def __init__(self, url: str, transactional_id: str, timeout_ms: int) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.txn_child", url, transactional_id, str(timeout_ms)],
+            [sys.executable, "-m", "tests.support.txn_child", transactional_id, str(timeout_ms)],
             cwd=REPO,
+            env=child_env(url),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

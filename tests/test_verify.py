@@ -91,7 +91,8 @@ def test_the_plan_is_seeded_and_has_every_fault() -> None:
     assert plan_faults([], duration=60.0, seed=7) == []
 
 
-def test_a_client_spec_crosses_the_command_line() -> None:
+def test_a_client_spec_round_trips_as_json() -> None:
+    """The runner hands it to the client process on stdin (tests/test_secrets.py checks the spawn)."""
     spec = ClientSpec(
         role=Role.COPIER,
         name="copy1",

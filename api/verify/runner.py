@@ -76,7 +76,7 @@ class RunConfig:
     """What one run does. ``database_url`` is the server as the runner reaches it directly; the
     clients reach it through the proxy. Server faults need ``server``: the runner must manage it."""
 
-    database_url: str
+    database_url: str = field(repr=False)  # it may hold a password
     output: Path
     workloads: Sequence[Workload] = tuple(Workload)
     faults: Sequence[Fault] = ()
@@ -107,7 +107,7 @@ class RunInfo:
     run_id: str
     topics: Mapping[str, str]
     group: str | None
-    database_url: str
+    database_url: str = field(repr=False)  # it may hold a password
     schema: str
     partitions: int
     output: Path

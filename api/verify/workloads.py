@@ -2,7 +2,11 @@
 
 Every client is a real OS process, so that the nemesis can SIGKILL and SIGSTOP it::
 
-    python -m oncelog.verify.workloads '<ClientSpec as JSON>'
+    python -m oncelog.verify.workloads NAME < '<ClientSpec as JSON>'
+
+The spec arrives on stdin, not on the command line: it holds the database URL, whose password
+any local user could read from a command line (``ps``, ``/proc/<pid>/cmdline``). NAME is the
+process name of the spec, there only so ``ps`` shows which client a process is.
 
 It talks to PostgreSQL through the fault proxy, appends its operations to a history file of its
 own (JSON lines, :class:`oncelog.verify.history.History`), and stops cleanly on SIGTERM once its
@@ -49,7 +53,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, TextIO
@@ -104,7 +108,7 @@ class Role(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ClientSpec:
-    """Everything one client process needs; passed to it as JSON on its command line."""
+    """Everything one client process needs; passed to it as JSON on its stdin."""
 
     role: Role
     name: str
@@ -112,7 +116,7 @@ class ClientSpec:
     identity: str
     """Stable across incarnations: the transactional id, the group instance id."""
     incarnation: int
-    url: str
+    url: str = field(repr=False)  # it may hold a password
     """The database URL the client uses (through the proxy)."""
     schema: str
     history: str
@@ -574,13 +578,16 @@ def _watch_parent(parent: int) -> None:
     os._exit(3)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run one client process (``python -m oncelog.verify.workloads SPEC_JSON``)."""
+def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None) -> int:
+    """Run one client process (``python -m oncelog.verify.workloads NAME``, the spec's JSON on stdin)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
-        print("usage: python -m oncelog.verify.workloads SPEC_JSON", file=sys.stderr)
+        print("usage: python -m oncelog.verify.workloads NAME < SPEC_JSON", file=sys.stderr)
         return 2
-    spec = ClientSpec.from_json(args[0])
+    spec = ClientSpec.from_json((sys.stdin if stdin is None else stdin).read())
+    if spec.name != args[0]:
+        print(f"the spec on stdin is for {spec.name!r}, not {args[0]!r}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s {spec.name} %(name)s %(levelname)s %(message)s")
     signal.signal(signal.SIGTERM, lambda *_: _STOP.set())
     threading.Thread(target=_watch_parent, args=(os.getppid(),), name="watch-parent", daemon=True).start()
@@ -723,15 +730,23 @@ class ClientPool:
     def _spawn(self, spec: ClientSpec) -> subprocess.Popen[bytes]:
         self.incarnations.append(spec.name)
         with open(self._logs / f"{spec.name}.log", "ab") as log:
-            return subprocess.Popen(
-                [sys.executable, "-m", "oncelog.verify.workloads", spec.to_json()],
-                stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(
+                # The spec (with the URL and its password) goes through stdin: a command line is
+                # readable by every local user.
+                [sys.executable, "-m", "oncelog.verify.workloads", spec.name],
+                stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=log,
                 # Its own session: a Ctrl-C in the terminal reaches the runner, which stops the
                 # clients in order, rather than every client at once.
                 start_new_session=True,
             )
+        # A spec is far below a pipe's buffer (64 KiB), so this write never waits for the child.
+        # A child that died at once (BrokenPipeError) is seen as a crash by the supervisor.
+        if proc.stdin is not None:  # always, with stdin=PIPE
+            with contextlib.suppress(BrokenPipeError), proc.stdin:
+                proc.stdin.write(spec.to_json().encode())
+        return proc
 
     def _restart(self, client: _Client) -> None:
         incarnation = client.spec.incarnation + 1

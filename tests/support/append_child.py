@@ -3,7 +3,8 @@
 
 Used both in threads (``write_plan``) and as a separate process::
 
-    python -m tests.support.append_child URL TOPIC WRITER BATCHES PARTITIONS SEED {plain|idempotent}
+    ONCELOG_TEST_CHILD_URL=URL python -m tests.support.append_child
+        TOPIC WRITER BATCHES PARTITIONS SEED {plain|idempotent}
 
 The plan (which batch goes to which partition, with which values) is a pure function of its
 arguments, so the parent knows exactly what every writer wrote without being told.
@@ -20,6 +21,7 @@ import sqlalchemy as sa
 
 from oncelog.store import create_engine, log
 from oncelog.store.records import RecordIn
+from tests.support import child_url
 
 Plan = list[tuple[int, list[bytes]]]
 
@@ -68,7 +70,8 @@ def write_plan(
 
 
 def main(argv: list[str]) -> int:
-    url, topic, writer, batches, partitions, seed, mode = argv
+    topic, writer, batches, partitions, seed, mode = argv
+    url = child_url()
     if mode not in ("plain", "idempotent"):
         raise SystemExit(f"mode must be plain or idempotent, not {mode!r}")
     p = plan(writer, int(batches), int(partitions), int(seed))

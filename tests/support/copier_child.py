@@ -1,7 +1,8 @@
 """A transactional copier process, in the style of Kafka's transactions system test
 (tests/kafkatest/tests/core/transactions_test.py and its TransactionalMessageCopier)::
 
-    python -m tests.support.copier_child URL GROUP PARTS TARGETS MAX_POLL TXN_TIMEOUT_MS CRASH HOLD EVENTS
+    ONCELOG_TEST_CHILD_URL=URL python -m tests.support.copier_child
+        GROUP PARTS TARGETS MAX_POLL TXN_TIMEOUT_MS CRASH HOLD EVENTS
 
 The copier owns the input partitions PARTS (comma separated) of topic ``in`` and the transactional
 id ``copier-<parts joined by '-'>``. It copies every record of its partitions to the same
@@ -47,6 +48,7 @@ from typing import Any
 import oncelog
 from oncelog import Consumer, Producer, TopicPartition
 from oncelog.txn_state import TxnState
+from tests.support import child_url
 
 IN, OUT, PROGRESS = "in", "out", "progress"
 EXIT_FENCED = 17
@@ -77,7 +79,8 @@ def read_progress(url: str, group: int, parts: list[int]) -> dict[int, int]:
 
 
 def main(argv: list[str]) -> int:
-    url, group_text, parts_text, targets_text, max_poll_text, timeout_text, crash, hold_text, events_path = argv
+    group_text, parts_text, targets_text, max_poll_text, timeout_text, crash, hold_text, events_path = argv
+    url = child_url()
     hold = None if hold_text == "none" else float(hold_text)
     group = int(group_text)
     parts = [int(p) for p in parts_text.split(",")]

@@ -1,6 +1,6 @@
 """P2/C2 of the KIP-447 blog's tp-1 scenario, in a process of its own so it can really crash::
 
-    python -m tests.support.kip447_member_child URL GROUP TRANSACTIONAL_ID TXN_TIMEOUT_MS EVENTS
+    ONCELOG_TEST_CHILD_URL=URL python -m tests.support.kip447_member_child GROUP TRANSACTIONAL_ID TXN_TIMEOUT_MS EVENTS
 
 The consumer joins GROUP (client id ``c2``, a short session timeout) subscribed to ``in``; the
 parent's consumer (client id ``c1``) is already a member, so the range assignor gives this one
@@ -23,13 +23,15 @@ import time
 from typing import Any
 
 from oncelog import Consumer, ConsumerRecord, Producer, TopicPartition
+from tests.support import child_url
 
 IN, OUT = "in", "out"
 TP = TopicPartition(IN, 1)
 
 
 def main(argv: list[str]) -> int:
-    url, group, transactional_id, timeout_text, events_path = argv
+    group, transactional_id, timeout_text, events_path = argv
+    url = child_url()
     events = open(events_path, "a", encoding="utf-8")  # noqa: SIM115 - kept open until killed
 
     def event(name: str, **fields: Any) -> None:

@@ -1,7 +1,7 @@
 """A producer process for the kill tests: sends ``<name>-<n>`` for n in 0..count-1 and records
 every acknowledgement, one JSON line per record, flushed as soon as it is acknowledged::
 
-    python -m tests.support.producer_child URL TOPIC NAME COUNT ACK_FILE
+    ONCELOG_TEST_CHILD_URL=URL python -m tests.support.producer_child TOPIC NAME COUNT ACK_FILE
 
 Keys are ``k<n % 16>``, so the default partitioner spreads the records over the partitions. At
 most ``MAX_OUTSTANDING`` records are unacknowledged at a time, so the process is always
@@ -20,6 +20,7 @@ import threading
 
 import oncelog
 from oncelog.types import RecordMetadata
+from tests.support import child_url
 
 MAX_OUTSTANDING = 64
 KEYS = 16
@@ -35,7 +36,8 @@ def value_for(name: str, n: int) -> bytes:
 
 
 def main(argv: list[str]) -> int:
-    url, topic, name, count_text, ack_path = argv
+    topic, name, count_text, ack_path = argv
+    url = child_url()
     count = int(count_text)
     slots = threading.BoundedSemaphore(MAX_OUTSTANDING)
     failed = threading.Event()

@@ -3,7 +3,7 @@
 Used by the zombie-fencing tests, which need two real processes sharing a transactional id and
 must pause one of them (SIGSTOP) at a known point::
 
-    python -m tests.support.txn_child URL TRANSACTIONAL_ID TRANSACTION_TIMEOUT_MS
+    ONCELOG_TEST_CHILD_URL=URL python -m tests.support.txn_child TRANSACTIONAL_ID TRANSACTION_TIMEOUT_MS
 
 Each stdin line is one JSON command; the child answers each with exactly one JSON line on stdout
 and then blocks reading the next command, so after a reply the parent knows the process is idle
@@ -31,6 +31,7 @@ from typing import Any
 
 import oncelog
 from oncelog.types import RecordMetadata
+from tests.support import child_url
 
 FLUSH_TIMEOUT = 60.0
 
@@ -54,7 +55,8 @@ def outcome(future: Future[RecordMetadata]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    url, transactional_id, timeout_ms = argv
+    transactional_id, timeout_ms = argv
+    url = child_url()
     producer = oncelog.Producer(
         url,
         transactional_id=transactional_id,
