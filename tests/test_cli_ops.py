@@ -93,7 +93,12 @@ def admin(db_url: str) -> Iterator[Admin]:
 def test_topics_create_list_describe_alter_delete(db_url: str, engine: sa.Engine) -> None:
     created = js(db_url, "topics", "create", "orders", "-p", "3", "-c", "retention.ms=60000")
     assert created["created"] is True
-    assert created["topic"]["config"] == {"max_message_bytes": 1048588, "retention_ms": 60000, "retention_bytes": None}
+    assert created["topic"]["config"] == {
+        "max_message_bytes": 1048588,
+        "retention_ms": 60000,
+        "retention_bytes": None,
+        "message_timestamp_after_max_ms": 3_600_000,
+    }
     assert rows(engine, "SELECT retention_ms FROM topics WHERE name = 'orders'") == [(60000,)]
     assert js(db_url, "topics", "create", "orders", "--if-not-exists")["created"] is False
     ok(db_url, "topics", "create", "audit")
