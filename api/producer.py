@@ -793,6 +793,7 @@ class Producer(Client):
                 self._expire(batch, expired)
             return
         batch.tries += 1
+        sent = False  # whether this attempt's request may have reached the store
         try:
             if not self._ensure_identity(batch):
                 batch.next_attempt_at = time.monotonic() + self._backoff
@@ -814,6 +815,7 @@ class Producer(Client):
                 "txn_number": batch.txn_number,
             }
             conn = self._connection()
+            sent = True
             if batch.ends_txn or self._commits_with(batch):
                 batch.ends_txn = True
                 with self._bounded_request(conn, batch):
@@ -822,7 +824,7 @@ class Producer(Client):
                 with self._bounded_request(conn, batch):
                     result = log.produce(conn, **batch_args)
         except errors.OncelogError as exc:
-            self._on_error(batch, exc, started)
+            self._on_error(batch, exc, started, sent=sent)
             return
         self._record_latency(started, batch)
         with self._cond:
@@ -851,7 +853,9 @@ class Producer(Client):
         with self._cond:
             return self._commit_number == batch.txn_number and len(self._acc) == 1 and not self._txn_aborting
 
-    def _on_error(self, batch: ProducerBatch, exc: errors.OncelogError, started: float) -> None:
+    def _on_error(self, batch: ProducerBatch, exc: errors.OncelogError, started: float, *, sent: bool = True) -> None:
+        """A batch's attempt failed; ``sent``: its request may have reached the store (False for a
+        failure before it: connecting, or re-initialising the producer id)."""
         now = time.monotonic()
         if self._txn is not None:
             self._on_txn_error(batch, exc, now)
@@ -863,7 +867,7 @@ class Producer(Client):
             # someone else) was rolled back: its connection is fine, and it appended nothing.
             if not isinstance(exc, errors.RequestTimeoutError):
                 self._drop_connection(invalidate=True)
-                batch.unknown_outcome = self._idempotent and batch.attempts > 0
+                batch.unknown_outcome |= self._idempotent and sent
             if now - batch.created <= self._delivery_timeout:
                 self._schedule_retry(batch, now, exc)
                 return
@@ -929,7 +933,8 @@ class Producer(Client):
         self._finish_failed(batch, exc)
 
     def _schedule_retry(self, batch: ProducerBatch, now: float, exc: BaseException) -> None:
-        delay = min(self._backoff * 2 ** max(batch.attempts - 1, 0), self._backoff_max)
+        # By tries, not sends: a re-initialisation that keeps failing backs off like a send.
+        delay = min(self._backoff * 2 ** max(batch.tries - 1, 0), self._backoff_max)
         batch.next_attempt_at = now + delay
         self._bump_metric("record_retry_total", len(batch.records))
         logger.debug("retrying batch %s of %s in %.3fs after %r", batch.id, batch.tp, delay, exc)

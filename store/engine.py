@@ -171,6 +171,7 @@ def create_engine(
             if caller is not None:
                 left = max(2, math.ceil(caller - time.monotonic()))
                 cparams["connect_timeout"] = min(int(cparams.get("connect_timeout", left)), left)
+
     return engine
 
 
