@@ -53,10 +53,12 @@ class Client:
             return self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
 
     @contextlib.contextmanager
-    def _request(self) -> Iterator[sa.Connection]:
+    def _request(self, waits: float = 0.0) -> Iterator[sa.Connection]:
         """A connection for one request, cut if the request outlives the request timeout (the
-        server cancels a statement at that timeout itself; this bounds a stalled network)."""
-        bound = None if self._timeouts is None else self._timeouts.request_ms / 1000 + CLIENT_GRACE_S
+        server cancels a statement at that timeout itself; this bounds a stalled network).
+        ``waits``: seconds the caller may legitimately spend in the block beyond one request
+        (a client-side wait between statements), added to the bound."""
+        bound = None if self._timeouts is None else self._timeouts.request_ms / 1000 + CLIENT_GRACE_S + waits
         with self._connect() as conn, bounded(conn, bound):
             yield conn
 

@@ -287,7 +287,7 @@ class Consumer(Client):
             return
         member = self._member
         started = time.monotonic()
-        with self._connect() as conn:
+        with self._request() as conn:
             groups.offset_commit(
                 conn,
                 group_id=group_id,
@@ -510,7 +510,7 @@ class Consumer(Client):
     def _join(self) -> None:
         assert self.group_id is not None and self._subscription is not None  # subscribe() checked
         member = self._member
-        with self._connect() as conn:
+        with self._request() as conn:
             try:
                 joined = groups.join_group(
                     conn,
@@ -546,7 +546,7 @@ class Consumer(Client):
     def _leave(self) -> None:
         member, self._member = self._member, None
         if member is not None and self.group_id is not None:
-            with self._connect() as conn:
+            with self._request() as conn:
                 groups.leave_group(conn, group_id=self.group_id, member_id=member.member_id)
 
     def _group_step(self) -> None:
@@ -604,7 +604,7 @@ class Consumer(Client):
                     self._rejoin = True
                 continue
             try:
-                with self._connect() as conn:
+                with self._request() as conn:
                     seen = groups.heartbeat(
                         conn, group_id=self.group_id, member_id=member.member_id, group_instance_id=self._instance_id
                     )
@@ -641,7 +641,7 @@ class Consumer(Client):
         wanted = [TopicPartition(*tp) for tp in partitions]
         out: dict[TopicPartition, tuple[int, int]] = {}
         committed = self.isolation_level == "read_committed"
-        with self._connect() as conn:
+        with self._request() as conn:
             for topic in dict.fromkeys(tp.topic for tp in wanted):
                 bounds = {
                     p.partition: (p.log_start_offset, p.last_stable_offset if committed else p.high_watermark)
@@ -690,7 +690,7 @@ class Consumer(Client):
         self, group_id: str, partitions: list[TopicPartition], *, wait: bool
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
         """Committed offsets of the stable partitions among ``partitions`` (all of them with ``wait``)."""
-        with self._connect() as conn:
+        with self._request(waits=self._api_timeout if wait else 0.0) as conn:
             answers = groups.offset_fetch_stable(
                 conn,
                 group_id=group_id,

@@ -636,7 +636,7 @@ class Producer(Client):
         cached = self._metadata.get(topic)
         if cached and not refresh and now - cached[0] < self._metadata_max_age:
             return cached[1]
-        with self._connect() as conn:
+        with self._request() as conn:
             meta = topics.topic_metadata(conn, name=topic)
         self._metadata[topic] = (now, meta)
         return meta
