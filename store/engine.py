@@ -237,16 +237,20 @@ class _Watchdog:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._due: dict[int, tuple[float, int]] = {}  # token -> (deadline, socket fd)
+        self._due: dict[int, tuple[float, int, int]] = {}  # token -> (deadline, socket fd, its inode)
         self._fired: set[int] = set()
         self._next = 0
         self._thread: threading.Thread | None = None
 
     def arm(self, fd: int, deadline: float) -> int:
+        try:
+            inode = os.fstat(fd).st_ino
+        except OSError:
+            inode = -1  # already closed: shutting it down later would fail harmlessly
         with self._lock:
             self._next += 1
             token = self._next
-            self._due[token] = (deadline, fd)
+            self._due[token] = (deadline, fd, inode)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="oncelog-watchdog", daemon=True)
                 self._thread.start()
@@ -268,15 +272,19 @@ class _Watchdog:
             with self._lock:
                 # Cut under the lock: disarm() cannot return (and the fd be closed and reused by
                 # another connection) while the socket is being shut down.
-                for token, (deadline, fd) in list(self._due.items()):
+                for token, (deadline, fd, inode) in list(self._due.items()):
                     if now >= deadline:
                         del self._due[token]
                         self._fired.add(token)
-                        _shutdown(fd)
+                        _shutdown(fd, inode)
 
 
-def _shutdown(fd: int) -> None:
+def _shutdown(fd: int, inode: int) -> None:
     try:
+        if os.fstat(fd).st_ino != inode:
+            # The driver closed the connection in the meantime (an error inside the bounded
+            # block) and the descriptor now names another socket: not ours to cut.
+            return
         # A duplicate descriptor: shutting it down shuts the shared socket (so libpq's read ends),
         # closing it leaves libpq's own descriptor open for libpq to close.
         with socket.socket(fileno=os.dup(fd)) as sock:
