@@ -128,3 +128,35 @@ def test_poll_through_a_stalled_network_returns_within_its_timeout(db_url: str) 
         finally:
             proxy.resume()
             consumer.close()
+
+
+@pytest.mark.timeout(120)
+def test_admin_calls_and_flush_through_a_stalled_network_end_within_their_timeouts(db_url: str) -> None:
+    with oncelog.Admin(db_url) as admin:
+        admin.create_topic("t", partitions=1)
+    host, port = host_port(db_url)
+    with FaultProxy(host, port) as proxy:
+        url = proxy.url_for(sslmode_disable(db_url))
+        admin = oncelog.Admin(url, request_timeout_ms=2000)
+        producer = oncelog.Producer(url, linger_ms=0, delivery_timeout_ms=4000)
+        try:
+            assert admin.list_topics() == {"t": 1}  # a pooled connection exists
+            producer.send("t", b"r0").result(30)
+            proxy.stall(40)
+            for _ in range(2):  # the pooled connection (its ping), then a new one
+                started = time.monotonic()
+                with pytest.raises(errors.DatabaseUnavailableError):
+                    admin.list_topics()
+                assert time.monotonic() - started < 2 + MARGIN
+            future = producer.send("t", b"r1")
+            started = time.monotonic()
+            with pytest.raises(errors.DeliveryTimeoutError):
+                producer.flush(timeout=1)
+            assert time.monotonic() - started < 1 + MARGIN
+            with pytest.raises(errors.DeliveryTimeoutError):
+                future.result(4 + MARGIN)  # its delivery timeout ends it, stall or not
+            assert time.monotonic() - started < 4 + MARGIN
+        finally:
+            proxy.resume()
+            producer.close(timeout=10)
+            admin.close()
