@@ -51,6 +51,9 @@ class ProducerBatch:
     #: The transaction the batch belongs to (transactional producers only).
     txn_number: int | None = None
     attempts: int = 0
+    #: Every time the sender took the batch up, sends and the producer id (re)initialisation
+    #: before a send alike: what bounds the re-sequencing loop (``attempts`` counts sends only).
+    tries: int = 0
     #: An attempt may have been appended without our hearing back (a retriable failure): until a
     #: retry under the same epoch and sequence settles it, the batch must keep them.
     unknown_outcome: bool = False

@@ -40,58 +40,58 @@ class Admin(Client):
         _topic(name)
         validate.integer("partitions", partitions, low=1, error=errors.InvalidPartitionsError)
         config = None if config is None else validate.topic_config(config)
-        with self._connect() as conn:
+        with self._request() as conn:
             topics.create_topic(conn, name=name, partitions=partitions, config=config)
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic with all its records and offsets."""
         _topic(name)
-        with self._connect() as conn:
+        with self._request() as conn:
             topics.delete_topic(conn, name=name)
 
     def list_topics(self) -> dict[str, int]:
         """Topic names with their partition counts."""
-        with self._connect() as conn:
+        with self._request() as conn:
             return topics.list_topics(conn)
 
     def describe_topic(self, name: str) -> TopicDescription:
         """A topic's partitions (with offsets) and configuration."""
         _topic(name)
-        with self._connect() as conn:
+        with self._request() as conn:
             return topics.describe_topic(conn, name=name)
 
     def create_partitions(self, name: str, total: int) -> None:
         """Grow a topic to ``total`` partitions (partitions are never removed)."""
         _topic(name)
         validate.integer("total", total, low=1, error=errors.InvalidPartitionsError)
-        with self._connect() as conn:
+        with self._request() as conn:
             topics.create_partitions(conn, name=name, total=total)
 
     def alter_topic_config(self, name: str, config: TopicConfig) -> None:
         """Set per-topic settings; None resets a setting to its default (no limit for retention)."""
         _topic(name)
         config = validate.topic_config(config)
-        with self._connect() as conn:
+        with self._request() as conn:
             topics.alter_topic_config(conn, name=name, config=config)
 
     def list_transactions(self, states: list[str] | None = None) -> list[TransactionStatus]:
         """Every transactional id with its coordinator state (optionally only these states)."""
         if states is not None:
             states = [validate.text("state", s, error=errors.InvalidRequestError) for s in _iterable("states", states)]
-        with self._connect() as conn:
+        with self._request() as conn:
             return txn.list_transactions(conn, states=states)
 
     def describe_transaction(self, transactional_id: str) -> TransactionStatus:
         """The coordinator state of one transactional id (TransactionalIdNotFoundError if unknown)."""
         validate.text("transactional_id", transactional_id, error=errors.InvalidRequestError)
-        with self._connect() as conn:
+        with self._request() as conn:
             return txn.describe_transaction(conn, transactional_id=transactional_id)
 
     def find_hanging_transactions(self, older_than: timedelta = HANGING_AFTER) -> list[TransactionStatus]:
         """Open transactions older than ``older_than``: the ones holding a last stable offset back."""
         if not isinstance(older_than, timedelta):
             raise errors.InvalidRequestError(f"older_than must be a timedelta, not {older_than!r}")
-        with self._connect() as conn:
+        with self._request() as conn:
             return txn.list_transactions(
                 conn, states=["Ongoing", "PrepareCommit", "PrepareAbort"], older_than=older_than
             )
@@ -100,31 +100,31 @@ class Admin(Client):
         """Abort an open transaction through the coordinator: its producer is fenced, its records
         are marked aborted, its pending offsets dropped, and the journal says so."""
         validate.text("transactional_id", transactional_id, error=errors.InvalidRequestError)
-        with self._connect() as conn:
+        with self._request() as conn:
             txn.abort_transaction(conn, transactional_id=transactional_id)
 
     def expire_transactions(self) -> int:
         """Abort transactions open past their timeout; expire idle transactional ids. Returns aborts."""
-        with self._connect() as conn:
+        with self._request() as conn:
             return txn.expire_transactions(conn)
 
     def expire_producers(self) -> int:
         """Drop producer state idle past ``producer_id_expiration_ms``; returns state rows removed."""
-        with self._connect() as conn:
+        with self._request() as conn:
             return log.expire_producers(conn)
 
     def expire_txn_history(self, batch: int = 10_000) -> int:
         """Prune the transaction journal's history past ``txn_history_retention_ms`` (each
         transactional id keeps its newest CompleteCommit); returns rows deleted."""
         validate.integer("batch", batch, low=1, error=errors.InvalidRequestError)
-        with self._connect() as conn:
+        with self._request() as conn:
             return txn.expire_txn_history(conn, batch=batch)
 
     def enforce_retention(self, batch: int = 10_000) -> int:
         """Apply every topic's retention, deleting in bounded batches; returns records deleted."""
         validate.integer("batch", batch, low=1, error=errors.InvalidRequestError)
         total = 0
-        with self._connect() as conn:
+        with self._request() as conn:
             while deleted := log.enforce_retention(conn, batch=batch):
                 total += deleted
         return total
@@ -133,13 +133,13 @@ class Admin(Client):
 
     def topic_summaries(self) -> list[TopicSummary]:
         """Every topic with its partition count, offsets held, bytes and open transactions."""
-        with self._connect() as conn:
+        with self._request() as conn:
             return ops.topic_summaries(conn)
 
     def list_offsets(self, topic: str) -> list[PartitionOffsets]:
         """Log start offset, high watermark and last stable offset of every partition of ``topic``."""
         _topic(topic)
-        with self._connect() as conn:
+        with self._request() as conn:
             return log.list_offsets(conn, topic=topic)
 
     def offsets_for_times(self, topic: str, timestamp: datetime) -> dict[TopicPartition, int]:
@@ -147,7 +147,7 @@ class Admin(Client):
         high watermark), as Kafka's ListOffsets by timestamp."""
         _topic(topic)
         validate.aware_datetime("timestamp", timestamp)
-        with self._connect() as conn:
+        with self._request() as conn:
             found = ops.offsets_for_times(conn, topic=topic, timestamp=timestamp)
         return {TopicPartition(topic, p): offset for p, offset in found.items()}
 
@@ -156,24 +156,24 @@ class Admin(Client):
         _topic(topic)
         if partition is not None:
             validate.integer("partition", partition, error=errors.InvalidRequestError)
-        with self._connect() as conn:
+        with self._request() as conn:
             return ops.describe_producers(conn, topic=topic, partition=partition)
 
     def list_groups(self) -> list[GroupListing]:
         """Every consumer group with its state and number of members."""
-        with self._connect() as conn:
+        with self._request() as conn:
             return ops.list_groups(conn)
 
     def describe_group(self, group_id: str) -> GroupDescription:
         """A group's state, members, assignments and offsets (GroupIdNotFoundError if unknown)."""
         validate.text("group_id", group_id, error=errors.InvalidGroupIdError)
-        with self._connect() as conn:
+        with self._request() as conn:
             return ops.describe_group(conn, group_id=group_id)
 
     def group_lag(self, group_id: str) -> list[PartitionLag]:
         """A group's committed offset and lag on every partition it reads or has offsets for."""
         validate.text("group_id", group_id, error=errors.InvalidGroupIdError)
-        with self._connect() as conn:
+        with self._request() as conn:
             return ops.group_lag(conn, group_id=group_id)
 
     def reset_group_offsets(
@@ -235,7 +235,7 @@ class Admin(Client):
         """The ACLs matching ``acl_filter`` (all of them without one)."""
         if acl_filter is not None:
             validate.acl_filter(acl_filter)
-        with self._connect() as conn:
+        with self._request() as conn:
             return acl.describe_acls(conn, acl_filter or AclBindingFilter())
 
     def set_acl_enforcement(self, enabled: bool) -> bool:
@@ -246,12 +246,12 @@ class Admin(Client):
         grants allow, as before ACLs."""
         if not isinstance(enabled, bool):
             raise errors.InvalidRequestError(f"enabled must be True or False, not {enabled!r}")
-        with self._connect() as conn:
+        with self._request() as conn:
             return acl.set_acl_enforcement(conn, enforce=enabled)
 
     def acl_enforcement(self) -> bool:
         """Whether the installation enforces its ACLs."""
-        with self._connect() as conn:
+        with self._request() as conn:
             return acl.acl_enforcement(conn)
 
 

@@ -2,23 +2,40 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any, Self
 
 import sqlalchemy as sa
 
 from oncelog.store import create_engine, redact
-from oncelog.store.engine import DEFAULT_SCHEMA
+from oncelog.store.engine import CLIENT_GRACE_S, DEFAULT_SCHEMA, Timeouts, bounded
 from oncelog.store.errors import mapped_errors
+
+#: Kafka's request.timeout.ms default: how long one request of a client may take, unless it says.
+DEFAULT_REQUEST_TIMEOUT_MS = 30_000
 
 
 class Client:
     """A connection pool to one oncelog schema; a context manager that closes it."""
 
-    def __init__(self, database_url: str, *, schema: str = DEFAULT_SCHEMA, pool_size: int = 2, **engine_kwargs: Any):
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        pool_size: int = 2,
+        request_timeout_ms: float | None = DEFAULT_REQUEST_TIMEOUT_MS,
+        **engine_kwargs: Any,
+    ):
         self._url_redacted = redact(database_url)
         self._schema = schema
+        # Every connection carries the client's own bound on one request (statement and lock
+        # timeouts, keepalives, TCP user timeout), so no call waits unbounded on a lock or a
+        # dead peer; None leaves the server's defaults (no bound).
+        self._timeouts = None if request_timeout_ms is None else Timeouts.for_request(request_timeout_ms)
         self._engine: sa.Engine = create_engine(
-            database_url, schema=schema, pool_size=pool_size, max_overflow=8, **engine_kwargs
+            database_url, schema=schema, timeouts=self._timeouts, pool_size=pool_size, max_overflow=8, **engine_kwargs
         )
         self._closed = False
 
@@ -34,6 +51,16 @@ class Client:
         """A pooled connection in autocommit: each protocol call is its own database transaction."""
         with mapped_errors():  # a refused or dropped connection is a retriable DatabaseUnavailableError
             return self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+
+    @contextlib.contextmanager
+    def _request(self, waits: float = 0.0) -> Iterator[sa.Connection]:
+        """A connection for one request, cut if the request outlives the request timeout (the
+        server cancels a statement at that timeout itself; this bounds a stalled network).
+        ``waits``: seconds the caller may legitimately spend in the block beyond one request
+        (a client-side wait between statements), added to the bound."""
+        bound = None if self._timeouts is None else self._timeouts.request_ms / 1000 + CLIENT_GRACE_S + waits
+        with self._connect() as conn, bounded(conn, bound):
+            yield conn
 
     def close(self) -> None:
         """Release the connection pool."""

@@ -40,6 +40,11 @@ logger = logging.getLogger(__name__)
 _ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 _RESETS = ("earliest", "latest", "none")
 _ASSIGNORS = ("range", "roundrobin")
+#: Kafka's request.timeout.ms default: the statement and lock timeout of every consumer connection.
+_REQUEST_TIMEOUT_MS = 30_000
+#: How long past poll()'s timeout its fetch may still take before its connection is cut (a fetch
+#: made just before the deadline must be given time to answer).
+_FETCH_GRACE_S = 1.0
 #: A record's value by position, in a FetchedRecord and in a ConsumerRecord (bytes-consumed metric).
 _VALUE = itemgetter(2)
 _TAGGED_VALUE = itemgetter(4)
@@ -127,7 +132,12 @@ class Consumer(Client):
             raise ConfigurationError("group_instance_id needs a group_id")
         if enable_auto_commit and group_id is None:
             raise ConfigurationError("enable_auto_commit needs a group_id")
-        super().__init__(database_url, schema=schema, pool_size=2)
+        super().__init__(
+            database_url,
+            schema=schema,
+            pool_size=2,
+            request_timeout_ms=min(_REQUEST_TIMEOUT_MS, default_api_timeout_ms),
+        )
         self.isolation_level = isolation_level
         self.group_id = group_id
         self._instance_id = group_instance_id
@@ -155,7 +165,11 @@ class Consumer(Client):
         # poll()'s kept connection and its read ahead (see oncelog.fetcher). The store hands
         # bytes over, so the default deserializers would only check them again: with both, it
         # builds the ConsumerRecords poll() returns.
-        self._fetcher = Fetcher(self._connect, ConsumerRecord if self._raw_records else None)
+        self._fetcher = Fetcher(
+            self._connect,
+            ConsumerRecord if self._raw_records else None,
+            request_timeout=min(_REQUEST_TIMEOUT_MS, default_api_timeout_ms) / 1000 + _FETCH_GRACE_S,
+        )
         # Metrics (see metrics()). Written by the caller's thread only; read under the lock.
         self._metrics_lock = threading.Lock()
         self._metrics: dict[str, float] = {
@@ -294,7 +308,7 @@ class Consumer(Client):
             return
         member = self._member
         started = time.monotonic()
-        with self._connect() as conn:
+        with self._request() as conn:
             groups.offset_commit(
                 conn,
                 group_id=group_id,
@@ -347,14 +361,14 @@ class Consumer(Client):
             self._maybe_auto_commit()
             if self._awaiting:
                 self._initial_positions(list(self._awaiting), wait=False)
-            records = self._fetch_once()
+            records = self._fetch_once(deadline)
             remaining = deadline - time.monotonic()
             if records or remaining <= 0:
                 return records
             time.sleep(min(backoff, remaining))
             backoff = min(backoff * 2, self._max_backoff)
 
-    def _fetch_once(self) -> list[ConsumerRecord]:
+    def _fetch_once(self, deadline: float) -> list[ConsumerRecord]:
         active = [tp for tp in self._assignment if tp not in self._paused and tp in self._positions]
         if not active:
             return []
@@ -368,11 +382,19 @@ class Consumer(Client):
         positions: dict[tuple[str, int], int] = {tp: self._positions[tp] for tp in order}
         started = time.monotonic()
         try:
-            result = self._fetcher.fetch(positions, per_partition, read_committed)
+            # Bounded by poll's timeout (plus a grace for the fetch itself): on a stalled network
+            # the connection is cut rather than waited on.
+            result = self._fetcher.fetch(
+                positions, per_partition, read_committed, timeout=_fetch_bound(deadline, started)
+            )
         except errors.DatabaseUnavailableError:
             # The kept connection may have died while idle (a server restart): one more try on a
-            # fresh, pinged one before the error reaches the caller.
-            result = self._fetcher.fetch(positions, per_partition, read_committed)
+            # fresh, pinged one before the error reaches the caller, if poll's timeout allows.
+            if time.monotonic() >= deadline + _FETCH_GRACE_S:
+                raise
+            result = self._fetcher.fetch(
+                positions, per_partition, read_committed, timeout=_fetch_bound(deadline, time.monotonic())
+            )
         fetch_ms = (time.monotonic() - started) * 1000
         expired = read_committed and any(part.expired_transaction for part in result.values())
         if expired:
@@ -512,7 +534,7 @@ class Consumer(Client):
     def _join(self) -> None:
         assert self.group_id is not None and self._subscription is not None  # subscribe() checked
         member = self._member
-        with self._connect() as conn:
+        with self._request() as conn:
             try:
                 joined = groups.join_group(
                     conn,
@@ -548,7 +570,7 @@ class Consumer(Client):
     def _leave(self) -> None:
         member, self._member = self._member, None
         if member is not None and self.group_id is not None:
-            with self._connect() as conn:
+            with self._request() as conn:
                 groups.leave_group(conn, group_id=self.group_id, member_id=member.member_id)
 
     def _group_step(self) -> None:
@@ -606,7 +628,7 @@ class Consumer(Client):
                     self._rejoin = True
                 continue
             try:
-                with self._connect() as conn:
+                with self._request() as conn:
                     seen = groups.heartbeat(
                         conn, group_id=self.group_id, member_id=member.member_id, group_instance_id=self._instance_id
                     )
@@ -643,7 +665,7 @@ class Consumer(Client):
         wanted = validate.topic_partitions(partitions)
         out: dict[TopicPartition, tuple[int, int]] = {}
         committed = self.isolation_level == "read_committed"
-        with self._connect() as conn:
+        with self._request() as conn:
             for topic in dict.fromkeys(tp.topic for tp in wanted):
                 bounds = {
                     p.partition: (p.log_start_offset, p.last_stable_offset if committed else p.high_watermark)
@@ -693,7 +715,7 @@ class Consumer(Client):
         self, group_id: str, partitions: list[TopicPartition], *, wait: bool
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
         """Committed offsets of the stable partitions among ``partitions`` (all of them with ``wait``)."""
-        with self._connect() as conn:
+        with self._request(waits=self._api_timeout if wait else 0.0) as conn:
             answers = groups.offset_fetch_stable(
                 conn,
                 group_id=group_id,
@@ -730,3 +752,9 @@ class Consumer(Client):
             self.commit()
         except (errors.IllegalGenerationError, errors.UnknownMemberIdError, errors.UnassignedPartitionError):
             logger.info("auto-commit raced a rebalance; the new owner resumes from the last commit")
+
+
+def _fetch_bound(deadline: float, now: float) -> float:
+    """Seconds a fetch may take so that poll returns by its deadline plus the grace."""
+    return max(deadline - now, 0.0) + _FETCH_GRACE_S
+

@@ -90,6 +90,15 @@ class SerializationFailureError(RetriableError):
     """The database aborted the transaction because of a concurrent update; retry it."""
 
 
+class RequestTimeoutError(RetriableError):
+    """The database cancelled the statement: it waited for a lock or ran longer than the client's timeout.
+
+    Raised for PostgreSQL's ``lock_timeout`` (55P03) and ``statement_timeout`` (57014), which the
+    clients set on their connections from their own timeouts. The cancelled statement's database
+    transaction was rolled back, so nothing it would have written was written.
+    """
+
+
 class SchemaNotReadyError(OncelogError):
     """The oncelog schema is missing or not at the migration head; run `oncelog db upgrade`."""
 

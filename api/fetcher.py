@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from oncelog.store import log, txn
+from oncelog.store.engine import bounded, caller_deadline
 from oncelog.store.records import PartitionFetch
 
 logger = logging.getLogger(__name__)
@@ -44,25 +45,48 @@ class Fetcher:
     round trip per poll), with at most one fetch read ahead. Its methods are called from the
     caller's thread only; the worker touches the connection only while a read ahead is out."""
 
-    def __init__(self, connect: Callable[[], sa.Connection], record_type: type[Any] | None) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], sa.Connection],
+        record_type: type[Any] | None,
+        *,
+        request_timeout: float | None = None,
+    ) -> None:
         """``record_type``: a named tuple the store builds each record as (see
-        store.log.fetch_many_tagged); None for store.log.FetchedRecord."""
+        store.log.fetch_many_tagged); None for store.log.FetchedRecord. ``request_timeout``:
+        seconds after which a read ahead's connection is cut (so waiting for it is bounded)."""
         self._connect = connect
+        self._request_timeout = request_timeout
         self._record_type = record_type
         self._conn: sa.Connection | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._ahead: tuple[Request, Future[Answer]] | None = None
 
-    def fetch(self, positions: Mapping[tuple[str, int], int], per_partition: int, read_committed: bool) -> Answer:
+    def fetch(
+        self,
+        positions: Mapping[tuple[str, int], int],
+        per_partition: int,
+        read_committed: bool,
+        *,
+        timeout: float | None = None,
+    ) -> Answer:
         """The answer for these positions: the fetch read ahead if it asked for exactly this and
         found records, else a new fetch. An empty answer read ahead is not used: it was taken
         before the application processed the last poll, and returning it would make poll() back
-        off before looking again. An error drops the connection (the next fetch opens another)."""
+        off before looking again. An error drops the connection (the next fetch opens another).
+        ``timeout``: seconds after which the connection is cut (a stalled network) and the fetch
+        fails with DatabaseUnavailableError."""
         request = _request(positions, per_partition, read_committed)
         ahead = self._settle_ahead()
         if ahead is not None and ahead[0] == request and any(part.records for part in ahead[1].values()):
             return ahead[1]
-        return self._on_connection(lambda conn: self._fetch(conn, positions, per_partition, read_committed))
+
+        def fetch(conn: sa.Connection) -> Answer:
+            with bounded(conn, timeout):
+                return self._fetch(conn, positions, per_partition, read_committed)
+
+        with caller_deadline(timeout):  # getting the connection (a ping, a reconnect) too
+            return self._on_connection(fetch)
 
     def read_ahead(self, positions: Mapping[tuple[str, int], int], per_partition: int, read_committed: bool) -> None:
         """Send the fetch for these positions now, on the worker thread; :meth:`fetch` takes its
@@ -71,7 +95,7 @@ class Fetcher:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oncelog-fetch")
         wanted = dict(positions)
-        future = self._pool.submit(self._fetch, conn, wanted, per_partition, read_committed)
+        future = self._pool.submit(self._bounded_fetch, conn, wanted, per_partition, read_committed)
         self._ahead = (_request(wanted, per_partition, read_committed), future)
 
     def expire_transactions(self) -> None:
@@ -108,6 +132,12 @@ class Fetcher:
         return log.fetch_many_tagged(
             conn, positions, self._record_type, max_records=per_partition, read_committed=read_committed
         )
+
+    def _bounded_fetch(
+        self, conn: sa.Connection, positions: Mapping[tuple[str, int], int], per_partition: int, read_committed: bool
+    ) -> Answer:
+        with bounded(conn, self._request_timeout):
+            return self._fetch(conn, positions, per_partition, read_committed)
 
     def _on_connection(self, call: Callable[[sa.Connection], T]) -> T:
         """``call`` on the kept connection (none is read ahead on it now); dropped if it fails."""

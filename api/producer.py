@@ -35,7 +35,7 @@ from oncelog.metrics import WindowedRate
 from oncelog.partitioner import DefaultPartitioner, Partitioner
 from oncelog.serde import Serializer, resolve_serializer
 from oncelog.store import groups, log, topics, txn
-from oncelog.store.engine import DEFAULT_SCHEMA
+from oncelog.store.engine import CLIENT_GRACE_S, DEFAULT_SCHEMA, bounded, set_request_timeout
 from oncelog.store.records import Headers, ProducerIdAndEpoch, RecordIn, encode_headers, record_size
 from oncelog.txn_state import TransactionStateMachine, TxnState
 from oncelog.types import (
@@ -54,6 +54,12 @@ Callback = Callable[[RecordMetadata | None, BaseException | None], None]
 _SEQUENCE_MODULUS = 2**31
 #: Errors meaning the store's sequence state for us is not what we think: restart under a new epoch.
 _RESEQUENCE = (errors.OutOfOrderSequenceError, errors.UnknownProducerIdError, errors.InvalidProducerEpochError)
+#: How many times one batch may be taken up and re-sequenced under a new identity before it fails
+#: (each round is a bump or a fresh id and a send; more rounds mean the identity is being taken
+#: away as fast as we get one).
+_MAX_RESEQUENCE_TRIES = 6
+#: Kafka's request.timeout.ms default: no single request waits longer than this.
+_REQUEST_TIMEOUT_MS = 30_000
 
 
 class Producer(Client):
@@ -108,7 +114,9 @@ class Producer(Client):
             validate.text("transactional_id", transactional_id, error=errors.ConfigurationError, max_length=255)
             if not transactional_id:
                 raise errors.ConfigurationError("transactional_id must be a string of 1 to 255 characters")
-        super().__init__(database_url, schema=schema, pool_size=2)
+        super().__init__(
+            database_url, schema=schema, pool_size=2, request_timeout_ms=_attempt_timeout(delivery_timeout_ms) * 1000
+        )
         self._idempotent = enable_idempotence
         self.transactional_id = transactional_id
         self._txn_timeout_ms = transaction_timeout_ms
@@ -148,6 +156,7 @@ class Producer(Client):
         self._committed_with_batch: int | None = None
 
         # Sender-thread state (only the sender thread touches these after start).
+        self._attempt_timeout = _attempt_timeout(delivery_timeout_ms)
         self._identity: ProducerIdAndEpoch | None = None
         self._need_bump = False
         self._next_sequence: dict[TopicPartition, int] = {}
@@ -169,6 +178,7 @@ class Producer(Client):
             "request_latency_total_ms": 0.0,
             "request_latency_max_ms": 0.0,
             "epoch_bump_total": 0,
+            "producer_id_reset_total": 0,
             "txn_init_time_ms_total": 0.0,
             "txn_begin_time_ms_total": 0.0,
             "txn_commit_time_ms_total": 0.0,
@@ -325,6 +335,8 @@ class Producer(Client):
         # commit_transaction() again, and the sender keeps retrying a batch sent with EndTxn
         # until its outcome is known (which decides the transaction's).
         self.flush(timeout)
+        if timeout is not None:  # the flush and the EndTxn share the caller's one timeout
+            timeout = max(timeout - (time.monotonic() - started), 0.0)
         with self._cond:
             committed, self._committed_with_batch = self._committed_with_batch == self._txn_number, None
         if state.has_error:
@@ -480,13 +492,19 @@ class Producer(Client):
         coordinator call is idempotent for the same arguments) until ``timeout``/max_block_ms."""
         deadline = time.monotonic() + (self._max_block if timeout is None else timeout)
         delay = self._backoff
+        request = self._timeouts.request_ms / 1000 if self._timeouts else self._attempt_timeout
         while True:
             try:
                 with self._coord_lock:
                     if self._coord_conn is None:
                         self._coord_conn = self._connect()
                     try:
-                        return what(self._coord_conn)
+                        # Each attempt ends by the caller's deadline: the server cancels it (a lock
+                        # held elsewhere), or the client cuts a stalled connection shortly after.
+                        bound = max(min(deadline - time.monotonic(), request), 0.001)
+                        with bounded(self._coord_conn, bound + CLIENT_GRACE_S):
+                            set_request_timeout(self._coord_conn, int(bound * 1000) or 1)
+                            return what(self._coord_conn)
                     except errors.OncelogError as exc:
                         if exc.retriable:  # the connection may be gone: the next try opens a new one
                             self._drop_coord_connection()
@@ -634,7 +652,7 @@ class Producer(Client):
         cached = self._metadata.get(topic)
         if cached and not refresh and now - cached[0] < self._metadata_max_age:
             return cached[1]
-        with self._connect() as conn:
+        with self._request() as conn:
             meta = topics.topic_metadata(conn, name=topic)
         self._metadata[topic] = (now, meta)
         return meta
@@ -720,12 +738,28 @@ class Producer(Client):
                 return False
         conn = self._connection()
         if self._identity is None:
-            self._identity = log.init_producer_id(conn)
+            with self._bounded_request(conn, batch):
+                self._identity = log.init_producer_id(conn)
         else:
-            self._identity = log.init_producer_id(
-                conn, producer_id=self._identity.producer_id, epoch=self._identity.epoch
-            )
-            self._bump_metric("epoch_bump_total")
+            old = self._identity
+            try:
+                with self._bounded_request(conn, batch):
+                    self._identity = log.init_producer_id(conn, producer_id=old.producer_id, epoch=old.epoch)
+                self._bump_metric("epoch_bump_total")
+            except (errors.InvalidProducerEpochError, errors.InvalidProducerIdMappingError) as exc:
+                # The bump is impossible: someone else moved this id's epoch (an operator's
+                # bump, a database restored to an earlier point). Like Kafka's producer when it
+                # cannot bump, start afresh under a new producer id: no batch has an unknown
+                # outcome now (checked above), so nothing sent under the old id can be doubled.
+                logger.warning(
+                    "producer id %s epoch %s cannot be bumped (%s); continuing under a new producer id",
+                    old.producer_id,
+                    old.epoch,
+                    exc,
+                )
+                with self._bounded_request(conn, batch):
+                    self._identity = log.init_producer_id(conn)
+                self._bump_metric("producer_id_reset_total")
             logger.info(
                 "producer bumped to id %s epoch %s; sequences restart at 0",
                 self._identity.producer_id,
@@ -738,6 +772,24 @@ class Producer(Client):
                 b.base_sequence = b.epoch = b.producer_id = None
         return True
 
+    def _remaining(self, batch: ProducerBatch, now: float) -> float | None:
+        """Seconds left before ``batch``'s delivery deadline; None for a batch sent with EndTxn,
+        which has none (its first attempt may have committed: only its answer can tell)."""
+        return None if batch.ends_txn else batch.created + self._delivery_timeout - now
+
+    @contextlib.contextmanager
+    def _bounded_request(self, conn: sa.Connection, batch: ProducerBatch) -> Iterator[None]:
+        """One request for ``batch``, bounded by its remaining delivery time and the attempt
+        timeout: the server cancels it past that (statement and lock timeouts: a retriable
+        RequestTimeoutError, nothing written), and should the network stall instead, the
+        connection is cut shortly after (DatabaseUnavailableError, outcome unknown)."""
+        remaining = self._remaining(batch, time.monotonic())
+        bound = self._attempt_timeout if remaining is None else min(self._attempt_timeout, remaining)
+        bound = max(bound, 0.001)
+        with bounded(conn, bound + CLIENT_GRACE_S):
+            set_request_timeout(conn, int(bound * 1000) or 1)
+            yield
+
     def _send_batch(self, batch: ProducerBatch) -> None:
         started = time.monotonic()
         if self._txn is not None and (self._txn.has_error or self._txn_aborting):
@@ -746,6 +798,18 @@ class Producer(Client):
             aborted = errors.TransactionAbortedError("the transaction is aborting")
             self._finish_failed(batch, cause if self._txn.is_fatal and cause else aborted)
             return
+        remaining = self._remaining(batch, started)
+        if remaining is not None and remaining <= 0:
+            # Every path of a batch ends at its deadline: a retry (or a wait for the producer's
+            # identity) due after it is not made.
+            expired = errors.DeliveryTimeoutError("not acknowledged within delivery_timeout_ms")
+            if self._txn is not None:
+                self._on_txn_error(batch, expired, started)  # retriable, out of time: abortable
+            else:
+                self._expire(batch, expired)
+            return
+        batch.tries += 1
+        sent = False  # whether this attempt's request may have reached the store
         try:
             if not self._ensure_identity(batch):
                 batch.next_attempt_at = time.monotonic() + self._backoff
@@ -766,13 +830,17 @@ class Producer(Client):
                 "transactional_id": self.transactional_id,
                 "txn_number": batch.txn_number,
             }
+            conn = self._connection()
+            sent = True
             if batch.ends_txn or self._commits_with(batch):
                 batch.ends_txn = True
-                result, _ = log.produce_end_txn(self._connection(), **batch_args)  # committed (or already)
+                with self._bounded_request(conn, batch):
+                    result, _ = log.produce_end_txn(conn, **batch_args)  # committed (or already)
             else:
-                result = log.produce(self._connection(), **batch_args)
+                with self._bounded_request(conn, batch):
+                    result = log.produce(conn, **batch_args)
         except errors.OncelogError as exc:
-            self._on_error(batch, exc, started)
+            self._on_error(batch, exc, started, sent=sent)
             return
         self._record_latency(started, batch)
         with self._cond:
@@ -801,27 +869,28 @@ class Producer(Client):
         with self._cond:
             return self._commit_number == batch.txn_number and len(self._acc) == 1 and not self._txn_aborting
 
-    def _on_error(self, batch: ProducerBatch, exc: errors.OncelogError, started: float) -> None:
+    def _on_error(self, batch: ProducerBatch, exc: errors.OncelogError, started: float, *, sent: bool = True) -> None:
+        """A batch's attempt failed; ``sent``: its request may have reached the store (False for a
+        failure before it: connecting, or re-initialising the producer id)."""
         now = time.monotonic()
         if self._txn is not None:
             self._on_txn_error(batch, exc, now)
             return
         if exc.retriable:
             # Unknown outcome (connection lost, server restarting) or a transient conflict:
-            # resend the same batch with the same sequence until the delivery timeout.
-            self._drop_connection(invalidate=True)
-            batch.unknown_outcome = self._idempotent
+            # resend the same batch with the same sequence until the delivery timeout. A statement
+            # the server cancelled at its timeout (RequestTimeoutError: a partition lock held by
+            # someone else) was rolled back: its connection is fine, and it appended nothing.
+            if not isinstance(exc, errors.RequestTimeoutError):
+                self._drop_connection(invalidate=True)
+                batch.unknown_outcome |= self._idempotent and sent
             if now - batch.created <= self._delivery_timeout:
                 self._schedule_retry(batch, now, exc)
                 return
-            # The outcome stays unknown: neither reusing nor skipping its sequence is safe, so
-            # the next batch starts a new epoch (KIP-360).
-            self._need_bump = self._idempotent
-            self._finish_failed(
-                batch, errors.DeliveryTimeoutError(f"not acknowledged within delivery_timeout_ms: {exc}")
-            )
+            self._expire(batch, errors.DeliveryTimeoutError(f"not acknowledged within delivery_timeout_ms: {exc}"))
             return
-        if self._idempotent and isinstance(exc, _RESEQUENCE) and batch.attempts <= 3:
+        in_time = now - batch.created <= self._delivery_timeout
+        if self._idempotent and isinstance(exc, _RESEQUENCE) and in_time and batch.tries < _MAX_RESEQUENCE_TRIES:
             # The store rejected the batch (nothing was appended) because its sequence state for
             # us differs from ours (expired, or an epoch mismatch): new epoch, same batch.
             # (Had an earlier attempt landed, this retry would have been answered as a duplicate.)
@@ -839,11 +908,28 @@ class Producer(Client):
             self._next_sequence[batch.tp] = batch.base_sequence
         self._finish_failed(batch, exc)
 
+    def _expire(self, batch: ProducerBatch, exc: errors.DeliveryTimeoutError) -> None:
+        """Fail an idempotent batch at its delivery deadline."""
+        if batch.unknown_outcome:
+            # An attempt may have landed: neither reusing nor skipping its sequence is safe, so
+            # the next batch starts a new epoch (KIP-360).
+            self._need_bump = self._idempotent
+        elif (
+            self._idempotent
+            and batch.base_sequence is not None
+            and batch.epoch == (self._identity.epoch if self._identity else None)
+        ):
+            # Every attempt was refused or never reached the store (a lock timeout rolls back):
+            # its sequence is free again for the partition's next batch.
+            self._next_sequence[batch.tp] = batch.base_sequence
+        self._finish_failed(batch, exc)
+
     def _on_txn_error(self, batch: ProducerBatch, exc: errors.OncelogError, now: float) -> None:
         """A transactional batch failed: retry what may succeed, otherwise the transaction can
         only abort (or, fenced, the producer is finished)."""
         if exc.retriable:
-            self._drop_connection(invalidate=True)
+            if not isinstance(exc, errors.RequestTimeoutError | errors.DeliveryTimeoutError):
+                self._drop_connection(invalidate=True)  # (a statement the server cancelled leaves it usable)
             # A batch sent with EndTxn is retried past the delivery timeout: its first attempt may
             # have committed the transaction, so only its answer can say whether it did (failing it
             # would have the application abort a transaction that may be committed).
@@ -853,7 +939,8 @@ class Producer(Client):
                 return
             # Unknown outcome: the abort that must follow also bumps the epoch.
             self._txn_needs_bump = True
-            exc = errors.DeliveryTimeoutError(f"not acknowledged within delivery_timeout_ms: {exc}")
+            if not isinstance(exc, errors.DeliveryTimeoutError):
+                exc = errors.DeliveryTimeoutError(f"not acknowledged within delivery_timeout_ms: {exc}")
             if self._txn is not None and not self._txn_aborting:
                 self._txn.transition_to_abortable_error(exc)
             self._finish_failed(batch, exc)
@@ -862,7 +949,8 @@ class Producer(Client):
         self._finish_failed(batch, exc)
 
     def _schedule_retry(self, batch: ProducerBatch, now: float, exc: BaseException) -> None:
-        delay = min(self._backoff * 2 ** max(batch.attempts - 1, 0), self._backoff_max)
+        # By tries, not sends: a re-initialisation that keeps failing backs off like a send.
+        delay = min(self._backoff * 2 ** max(batch.tries - 1, 0), self._backoff_max)
         batch.next_attempt_at = now + delay
         self._bump_metric("record_retry_total", len(batch.records))
         logger.debug("retrying batch %s of %s in %.3fs after %r", batch.id, batch.tp, delay, exc)
@@ -892,6 +980,14 @@ class Producer(Client):
             m["request_latency_max_ms"] = max(m["request_latency_max_ms"], ms)
         self._record_rate.record(len(batch.records))
         self._request_rate.record()
+
+
+def _attempt_timeout(delivery_timeout_ms: float) -> float:
+    """Seconds one send of a batch may take: a quarter of delivery_timeout_ms, at most Kafka's
+    request.timeout.ms. One sender sends every partition's batches in turn on one connection, so
+    a batch waiting for a partition's lock must give the batches behind it a turn well before their
+    deadlines; it is retried (a lock timeout appends nothing) until its own deadline."""
+    return max(min(_REQUEST_TIMEOUT_MS, delivery_timeout_ms / 4), 1) / 1000
 
 
 def _discard(conn: sa.Connection, *, invalidate: bool = True) -> None:

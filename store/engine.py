@@ -7,14 +7,27 @@ unqualified and one installation can live beside another in the same database.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import logging
+import math
+import os
 import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote_plus
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
 
-from oncelog.errors import ConfigurationError
+from oncelog.errors import ConfigurationError, DatabaseUnavailableError
+from oncelog.store.errors import mapped_errors
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_SCHEMA = "oncelog"
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -123,17 +136,270 @@ def _mask_text(text: str) -> str:
     return _SECRET_PAIR.sub(lambda m: f"{m.group(1)}{MASK}", text)
 
 
-def create_engine(url: str | URL, *, schema: str = DEFAULT_SCHEMA, **kwargs: Any) -> sa.Engine:
+@dataclass(frozen=True)
+class Timeouts:
+    """How long a client lets one request take, applied to each of its connections.
+
+    ``request_ms`` becomes the connection's ``statement_timeout`` and ``lock_timeout`` (the server
+    cancels a statement that runs or waits for a lock longer, SQLSTATE 57014 / 55P03, mapped to
+    RequestTimeoutError), libpq's ``connect_timeout`` and ``tcp_user_timeout`` (a connection whose
+    sent data stays unacknowledged that long is dropped). TCP keepalives find a dead peer on an
+    idle connection within ``keepalive_idle_s + keepalive_interval_s * keepalive_count``.
+
+    None of these can bound a stalled network path whose TCP endpoint still answers (a proxy, a
+    NAT, a hung server process): :func:`bounded` does that from the client side.
+    """
+
+    request_ms: int
+    keepalive_idle_s: int = 10
+    keepalive_interval_s: int = 3
+    keepalive_count: int = 3
+
+    @classmethod
+    def for_request(cls, request_ms: float) -> Timeouts:
+        """Limits for a client whose requests should each take at most ``request_ms``."""
+        if not request_ms > 0:
+            raise ConfigurationError("a request timeout must be positive")
+        return cls(request_ms=max(1, math.ceil(request_ms)))
+
+    def connect_args(self) -> dict[str, Any]:
+        """libpq connection parameters (psycopg passes them through)."""
+        return {
+            # libpq takes whole seconds and treats anything below 2 as 2.
+            "connect_timeout": max(2, math.ceil(self.request_ms / 1000)),
+            "keepalives": 1,
+            "keepalives_idle": self.keepalive_idle_s,
+            "keepalives_interval": self.keepalive_interval_s,
+            "keepalives_count": self.keepalive_count,
+            "tcp_user_timeout": self.request_ms,
+        }
+
+    def options(self) -> str:
+        """The ``-c`` settings for the server side of each connection."""
+        return f"-c statement_timeout={self.request_ms} -c lock_timeout={self.request_ms}"
+
+
+def create_engine(
+    url: str | URL, *, schema: str = DEFAULT_SCHEMA, timeouts: Timeouts | None = None, **kwargs: Any
+) -> sa.Engine:
     """An engine whose connections use ``schema`` as their search_path.
 
-    ``pg_temp`` is named last so a temporary table can never shadow an oncelog table.
+    ``pg_temp`` is named last so a temporary table can never shadow an oncelog table. With
+    ``timeouts``, every connection carries the client's statement and lock timeouts, keepalives
+    and TCP user timeout (no timeouts for the migrations and maintenance scripts, which may
+    legitimately run long).
     """
     schema = validate_schema(schema)
     connect_args = dict(kwargs.pop("connect_args", {}))
-    connect_args.setdefault("options", f"-c search_path={schema},pg_temp")
-    return sa.create_engine(
+    options = f"-c search_path={schema},pg_temp"
+    if timeouts is not None:
+        options = f"{options} {timeouts.options()}"
+        for key, value in timeouts.connect_args().items():
+            connect_args.setdefault(key, value)
+    connect_args.setdefault("options", options)
+    engine = sa.create_engine(
         database_url(url),
         connect_args=connect_args,
         pool_pre_ping=True,
         **kwargs,
     )
+    if timeouts is not None:
+        request_ms = timeouts.request_ms
+
+        @sa.event.listens_for(engine, "connect")
+        def _note_timeout(dbapi_connection: Any, record: Any) -> None:
+            # What the options above gave the session: set_request_timeout() need not SET it again.
+            record.info[_TIMEOUT_KEY] = request_ms
+
+        # A pool checkout pings the server first: on a stalled network that ping would wait for
+        # ever, before the caller holds a connection it could bound. Cut it like any request (the
+        # pool then discards the connection and opens another, bounded by connect_timeout).
+        ping = engine.dialect.do_ping
+        ping_bound = request_ms / 1000 + CLIENT_GRACE_S
+
+        def bounded_ping(dbapi_connection: Any) -> bool:
+            fd = _driver_fd(dbapi_connection)
+            if fd is None:
+                return bool(ping(dbapi_connection))
+            deadline = time.monotonic() + ping_bound
+            caller = _CALLER_DEADLINE.get()
+            token = _WATCHDOG.arm(fd, deadline if caller is None else min(deadline, caller))
+            try:
+                return bool(ping(dbapi_connection))
+            finally:
+                _WATCHDOG.disarm(token)
+
+        engine.dialect.do_ping = bounded_ping  # type: ignore[method-assign]
+
+        @sa.event.listens_for(engine, "do_connect")
+        def _caller_connect_timeout(dialect: Any, record: Any, cargs: Any, cparams: dict[str, Any]) -> None:
+            # A connection opened for a caller with a deadline (a poll) gives up by then; libpq
+            # counts whole seconds, at least 2.
+            caller = _CALLER_DEADLINE.get()
+            if caller is not None:
+                left = max(2, math.ceil(caller - time.monotonic()))
+                cparams["connect_timeout"] = min(int(cparams.get("connect_timeout", left)), left)
+
+    return engine
+
+
+#: How long after its server-side timeout (which the server enforces itself) a request's
+#: connection is cut by the client: the margin for the answer to travel back.
+CLIENT_GRACE_S = 0.5
+
+#: The deadline (time.monotonic()) of the caller's call in progress on this thread, if it set one
+#: (:func:`caller_deadline`): pool pings and new connections made for it end by then too.
+_CALLER_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("oncelog_deadline", default=None)
+
+
+@contextlib.contextmanager
+def caller_deadline(seconds: float | None) -> Iterator[None]:
+    """Within the block, getting a connection (a pool checkout's ping, a new connection) is
+    bounded by ``seconds`` from now (None: by the engine's timeouts only); see :func:`bounded`
+    for the requests on it."""
+    if seconds is None:
+        yield
+        return
+    token = _CALLER_DEADLINE.set(time.monotonic() + max(seconds, 0.0))
+    try:
+        yield
+    finally:
+        _CALLER_DEADLINE.reset(token)
+
+
+#: conn.info key: the statement/lock timeout (ms) this connection's session has now.
+_TIMEOUT_KEY = "oncelog.request_timeout_ms"
+
+
+def set_request_timeout(conn: sa.Connection, timeout_ms: int) -> None:
+    """Give ``conn``'s session this statement_timeout and lock_timeout (milliseconds, >= 1).
+
+    Session-level, because the clients' connections are in autocommit (``SET LOCAL`` would end with
+    the SET's own transaction); remembered on the pooled connection so the SET is sent only when
+    the value changes (a producer's batches nearing their delivery deadline), never per request.
+    """
+    timeout_ms = max(1, int(timeout_ms))
+    if conn.info.get(_TIMEOUT_KEY) == timeout_ms:
+        return
+    with mapped_errors():
+        conn.exec_driver_sql(
+            "SELECT set_config('statement_timeout', %(ms)s, false), set_config('lock_timeout', %(ms)s, false)",
+            {"ms": f"{timeout_ms}ms"},
+        )
+    conn.info[_TIMEOUT_KEY] = timeout_ms
+
+
+class _Watchdog:
+    """One daemon thread that cuts the sockets of requests past their client-side deadline.
+
+    A stalled network whose TCP endpoint still acknowledges (a proxy, a NAT box, a server host
+    whose PostgreSQL process hangs) never trips statement_timeout (the server has no query) nor
+    tcp_user_timeout (the data is acknowledged): only the client can give up. Shutting the socket
+    down makes libpq's blocked read fail at once, on whatever thread waits in it, without touching
+    the connection object from this thread. Registering is a dict insert under a lock (no thread
+    start, no wake-up per request), so it costs a request a few microseconds; the thread looks
+    every ``_TICK`` seconds, which is the precision of the bound.
+    """
+
+    _TICK = 0.05
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._due: dict[int, tuple[float, int, int]] = {}  # token -> (deadline, socket fd, its inode)
+        self._fired: set[int] = set()
+        self._next = 0
+        self._thread: threading.Thread | None = None
+
+    def arm(self, fd: int, deadline: float) -> int:
+        try:
+            inode = os.fstat(fd).st_ino
+        except OSError:
+            inode = -1  # already closed: shutting it down later would fail harmlessly
+        with self._lock:
+            self._next += 1
+            token = self._next
+            self._due[token] = (deadline, fd, inode)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="oncelog-watchdog", daemon=True)
+                self._thread.start()
+            return token
+
+    def disarm(self, token: int) -> bool:
+        """Forget ``token``; True if its deadline had fired (the connection was cut)."""
+        with self._lock:
+            self._due.pop(token, None)
+            if token in self._fired:
+                self._fired.discard(token)
+                return True
+            return False
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self._TICK)
+            now = time.monotonic()
+            with self._lock:
+                # Cut under the lock: disarm() cannot return (and the fd be closed and reused by
+                # another connection) while the socket is being shut down.
+                for token, (deadline, fd, inode) in list(self._due.items()):
+                    if now >= deadline:
+                        del self._due[token]
+                        self._fired.add(token)
+                        _shutdown(fd, inode)
+
+
+def _shutdown(fd: int, inode: int) -> None:
+    try:
+        if os.fstat(fd).st_ino != inode:
+            # The driver closed the connection in the meantime (an error inside the bounded
+            # block) and the descriptor now names another socket: not ours to cut.
+            return
+        # A duplicate descriptor: shutting it down shuts the shared socket (so libpq's read ends),
+        # closing it leaves libpq's own descriptor open for libpq to close.
+        with socket.socket(fileno=os.dup(fd)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        logger.debug("could not shut down socket %s", fd, exc_info=True)
+
+
+_WATCHDOG = _Watchdog()
+
+
+def _driver_fd(driver: Any) -> int | None:
+    try:
+        return int(driver.pgconn.socket) if driver is not None else None
+    except Exception:  # a closed or broken connection has no socket: nothing to watch
+        return None
+
+
+def _socket_fd(conn: sa.Connection) -> int | None:
+    try:
+        driver = conn.connection.driver_connection
+    except Exception:  # an invalidated connection: nothing to watch
+        return None
+    return _driver_fd(driver)
+
+
+@contextlib.contextmanager
+def bounded(conn: sa.Connection, seconds: float | None) -> Iterator[None]:
+    """Give up on ``conn`` after ``seconds`` (None: no bound) of the block, whatever the network does.
+
+    Past the deadline the connection is cut and the block's database call fails with
+    DatabaseUnavailableError (retriable; as for any lost connection, the outcome of a write in
+    flight is unknown and the connection is unusable: discard it).
+    """
+    fd = _socket_fd(conn) if seconds is not None else None
+    if fd is None or seconds is None:
+        yield
+        return
+    token = _WATCHDOG.arm(fd, time.monotonic() + max(seconds, 0.0))
+    fired = False
+    try:
+        yield
+    except DatabaseUnavailableError as exc:
+        fired = _WATCHDOG.disarm(token)
+        if fired:
+            raise DatabaseUnavailableError(f"no answer from the database within {seconds:.3g} s") from exc
+        raise
+    finally:
+        if not fired:
+            _WATCHDOG.disarm(token)

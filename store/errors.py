@@ -19,6 +19,9 @@ from oncelog import errors
 _SERIALIZATION = {"40001", "40P01"}  # serialization_failure, deadlock_detected
 _UNAVAILABLE_PREFIXES = ("08", "57P")  # connection exceptions; admin/crash shutdown, cannot connect now
 _UNAVAILABLE = {"53300"}  # too_many_connections
+#: lock_not_available (lock_timeout) and query_canceled (statement_timeout, or a cancel request):
+#: the client's own bound on a statement fired; the statement's transaction was rolled back.
+_TIMED_OUT = {"55P03", "57014"}
 
 
 def _sqlstate(exc: BaseException) -> str | None:
@@ -46,6 +49,8 @@ def translate(exc: BaseException) -> errors.OncelogError | None:
             return cls(_message(exc))
         if state in _SERIALIZATION:
             return errors.SerializationFailureError(_message(exc))
+        if state in _TIMED_OUT:
+            return errors.RequestTimeoutError(_message(exc))
         if state in _UNAVAILABLE or state.startswith(_UNAVAILABLE_PREFIXES):
             return errors.DatabaseUnavailableError(_message(exc))
         if state in {"3F000", "42P01", "42883"}:  # invalid_schema_name, undefined_table, undefined_function

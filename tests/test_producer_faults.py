@@ -483,17 +483,21 @@ def test_delivery_timeout_bump_never_resequences_another_partitions_unknown_batc
     """The same rule, reached through (f): batch A (partition 0) times out with its outcome unknown,
     so the producer bumps its epoch before its next batch; batch B (partition 1), sent later, was
     committed but its reply lost and is waiting to be retried. B must not be appended again under
-    the new epoch. Orchestration: A is held inside the server by a lock on partition 0 (so it stays
-    unresolved for as long as the test wants), connections are cut to make outcomes unknown, and
-    waiting on pg_stat_activity tells when each request is inside the server. Sleeps only age A
-    past delivery_timeout_ms; nothing asserts on time."""
-    timeout_s = 2.0
+    the new epoch. Orchestration: A is held inside the server by a lock on partition 0, connections
+    are cut to make outcomes unknown, and waiting on pg_stat_activity tells when each request is
+    inside the server. Every attempt's statement carries a lock timeout ending by the batch's
+    deadline (finding 6), so A is let through (and lands) well inside its first attempt's bound,
+    after its connection was cut; new connections are then refused until A's deadline has passed,
+    so its outcome stays unknown. Nothing asserts on time."""
+    timeout_s = 16.0  # one attempt's bound is a quarter of it: 4 s for the dance below
     create_topic(db_url, "t", 2)
     libpq = sslmode_disable(db_url).replace("+psycopg", "")
     with (
         psycopg.connect(libpq, autocommit=True) as watcher,
         psycopg.connect(libpq) as blocker,
-        open_producer(proxied_url, linger_ms=0, delivery_timeout_ms=timeout_s * 1000) as p,
+        open_producer(
+            proxied_url, linger_ms=0, delivery_timeout_ms=timeout_s * 1000, retry_backoff_max_ms=200
+        ) as p,
     ):
         for part in (0, 1):
             p.send("t", f"w{part}".encode(), partition=part).result(RESULT_TIMEOUT)
@@ -501,28 +505,28 @@ def test_delivery_timeout_bump_never_resequences_another_partitions_unknown_batc
             "SELECT 1 FROM oncelog.partitions pt JOIN oncelog.topics t USING (topic_id) "
             "WHERE t.name = 't' AND pt.partition = 0 FOR UPDATE OF pt"
         )
-        sent_a = time.monotonic()
         a = p.send("t", b"A", partition=0)
         wait_until(lambda: _lock_waiters(watcher) == 1, 30, "A to wait inside the server")
-        time.sleep(timeout_s / 2)  # B is younger than A by this much
+        time.sleep(1.5)  # B is younger than A by this much: it outlives A's deadline
         b = p.send("t", b"B", partition=1)  # queued: the sender is busy with A
         proxy.cut_after_next_reply(precise=True)  # claimed by B's request on the next connection
         proxy.cut_all()  # A's reply can never come: A is retried, B is sent, commits, loses its reply
         wait_until(lambda: proxy.stats.faults_fired.get(CUT_AFTER) == 1, 30, "B's reply to be lost")
         wait_until(lambda: b"B" in values(read_partition(db_url, "t", 1)), 30, "B to be committed")
-        # A's retry goes first (older) and waits inside the server beside the original A.
+        # A's retry waits inside the server beside the original A (whose bound is 4 s).
         wait_until(lambda: _lock_waiters(watcher) == 2, 30, "A's retry to wait inside the server")
         assert not b.done()
-        while time.monotonic() - sent_a <= timeout_s + 0.3:
-            time.sleep(0.05)
-        proxy.cut_all()  # A's retry fails past its delivery timeout: A's outcome is unknown
+        proxy.block_new_connections(True)  # from now until A's deadline, nothing gets through
+        proxy.cut_all()  # A's retry loses its reply too
+        blocker.commit()  # the original A lands (once: A's retry is answered as its duplicate)
+        wait_until(lambda: b"A" in values(read_partition(db_url, "t", 0)), 30, "A to be committed")
         with pytest.raises(errors.DeliveryTimeoutError):
             a.result(RESULT_TIMEOUT)
+        proxy.block_new_connections(False)
         # Before bumping, the producer settles B under its old epoch and sequence: the store
         # answers its retry as a duplicate, with B's original offset.
         meta_b = b.result(RESULT_TIMEOUT)
-        blocker.commit()
-        # The next batch makes the producer bump (after A's in-server requests finish).
+        # The next batch makes the producer bump.
         p.send("t", b"C", partition=0).result(RESULT_TIMEOUT)
         metrics = p.metrics()
 

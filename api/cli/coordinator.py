@@ -4,19 +4,31 @@ Nothing depends on it for correctness: readers and initialisers abort expired tr
 themselves. It keeps the store tidy: times out abandoned transactions (so last stable offsets
 move), expires idle transactional ids and producer state, and applies retention (records, and
 the transaction journal's history).
+
+The loop never dies of the database: a deadlock, a serialization failure, a statement cancelled
+at its timeout, a lost connection or a restarting server costs one line on stderr and a pause
+(exponential, bounded, with jitter), and the next pass starts over. ``--once`` reports the error
+and exits 1 instead.
 """
 
 from __future__ import annotations
 
+import random
 import signal
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 
 import click
 
 from oncelog.admin import Admin
 from oncelog.cli.context import CliContext
+from oncelog.cli.render import fail
+from oncelog.errors import OncelogError
+
+#: The first pause after a failed pass; it doubles per consecutive failure up to --max-backoff.
+FIRST_BACKOFF_S = 0.5
 
 
 @click.group()
@@ -26,19 +38,35 @@ def coordinator() -> None:
 
 @coordinator.command()
 @click.option("--interval", default=10.0, show_default=True, help="Seconds between passes (Kafka checks every 10 s).")
-@click.option("--once", is_flag=True, help="Run one pass and exit.")
+@click.option("--once", is_flag=True, help="Run one pass and exit (exit status 1 if it fails).")
 @click.option(
     "--retention-batch",
     default=10_000,
     show_default=True,
     help="Records deleted per partition per step, and transaction history rows per step.",
 )
+@click.option(
+    "--request-timeout",
+    default=30.0,
+    show_default=True,
+    help="Seconds one database call may take (waiting for locks included) before it is cancelled.",
+)
+@click.option(
+    "--max-backoff",
+    default=30.0,
+    show_default=True,
+    help="Longest pause, in seconds, after failed passes before trying again.",
+)
 @click.pass_obj
-def run(obj: CliContext, interval: float, once: bool, retention_batch: int) -> None:
+def run(  # noqa: PLR0917 - click passes each option as an argument
+    obj: CliContext, interval: float, once: bool, retention_batch: int, request_timeout: float, max_backoff: float
+) -> None:
     """Expire transactions, transactional ids and producer state; apply retention (records and the
-    transaction history). Stops on SIGINT/SIGTERM."""
-    if interval <= 0:
-        raise click.BadParameter("must be positive", param_hint="--interval")
+    transaction history). Stops on SIGINT/SIGTERM; survives database failures."""
+    positive = {"--interval": interval, "--request-timeout": request_timeout, "--max-backoff": max_backoff}
+    for name, value in positive.items():
+        if value <= 0:
+            raise click.BadParameter("must be positive", param_hint=name)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -47,16 +75,75 @@ def run(obj: CliContext, interval: float, once: bool, retention_batch: int) -> N
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     obj.engine()  # start and migrate the embedded server if that is what we use
-    with Admin(obj.url(), schema=obj.schema) as admin:
-        while True:
-            started = time.monotonic()
-            aborted = admin.expire_transactions()
-            expired = admin.expire_producers()
-            deleted = admin.enforce_retention(batch=retention_batch)
-            pruned = admin.expire_txn_history(batch=retention_batch)
-            click.echo(
-                f"aborted {aborted} timed-out transactions, expired {expired} producer states, "
-                f"deleted {deleted} records by retention, pruned {pruned} transaction history rows"
-            )
-            if once or stop.wait(max(interval - (time.monotonic() - started), 0.0)):
+    with Admin(obj.url(), schema=obj.schema, request_timeout_ms=request_timeout * 1000) as admin:
+        if once:
+            try:
+                click.echo(maintenance_pass(admin, retention_batch=retention_batch))
+            except OncelogError as exc:
+                fail(exc)  # one line on stderr, exit status 1
+            return
+        run_loop(
+            admin,
+            interval=interval,
+            retention_batch=retention_batch,
+            stop=stop,
+            max_backoff=max_backoff,
+            report=click.echo,
+            warn=lambda line: click.echo(line, err=True),
+        )
+
+
+def maintenance_pass(admin: Admin, *, retention_batch: int) -> str:
+    """One pass of every maintenance step; the line that reports it."""
+    aborted = admin.expire_transactions()
+    expired = admin.expire_producers()
+    deleted = admin.enforce_retention(batch=retention_batch)
+    pruned = admin.expire_txn_history(batch=retention_batch)
+    return (
+        f"aborted {aborted} timed-out transactions, expired {expired} producer states, "
+        f"deleted {deleted} records by retention, pruned {pruned} transaction history rows"
+    )
+
+
+def backoff_delay(failures: int, max_backoff: float, rng: Callable[[], float] = random.random) -> float:
+    """The pause after ``failures`` consecutive failed passes: exponential from FIRST_BACKOFF_S,
+    capped at ``max_backoff``, then scaled by a random factor in [0.5, 1) so that several loops
+    failing together (a server restart) do not all come back in step."""
+    base = min(FIRST_BACKOFF_S * 2.0 ** max(failures - 1, 0), max_backoff)
+    return base * (0.5 + rng() / 2)
+
+
+def run_loop(
+    admin: Admin,
+    *,
+    interval: float,
+    retention_batch: int,
+    stop: threading.Event,
+    max_backoff: float,
+    report: Callable[[str], None],
+    warn: Callable[[str], None],
+) -> None:
+    """Run maintenance passes every ``interval`` seconds until ``stop`` is set.
+
+    A pass that fails is reported in one line through ``warn`` and retried after a backoff; the
+    loop itself never raises for a database failure. The admin's connections are pooled: a
+    broken one is discarded by the pool's ping when next checked out, so the next pass simply
+    connects again (to a restarted server too)."""
+    failures = 0
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            line = maintenance_pass(admin, retention_batch=retention_batch)
+        except Exception as exc:  # a maintenance daemon outlives any one failure
+            failures += 1
+            delay = backoff_delay(failures, max_backoff)
+            kind = "database error" if isinstance(exc, OncelogError) else "unexpected error"
+            message = " ".join(str(exc).split())  # one line: libpq's messages span several
+            warn(f"maintenance pass failed ({kind}, {type(exc).__name__}: {message}); retrying in {delay:.1f} s")
+            if stop.wait(delay):
                 return
+            continue
+        failures = 0
+        report(line)
+        if stop.wait(max(interval - (time.monotonic() - started), 0.0)):
+            return

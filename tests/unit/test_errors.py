@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 
 from oncelog import errors
+from oncelog.store.errors import translate
 
 
 def _all() -> list[type[errors.OncelogError]]:
@@ -46,3 +48,19 @@ def test_docstring_is_the_default_message() -> None:
 @pytest.mark.parametrize("cls", [c for c in _all() if c is not errors.OncelogError])
 def test_every_error_is_documented(cls: type[errors.OncelogError]) -> None:
     assert cls.__doc__ and cls.__doc__.strip()
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        psycopg.errors.LockNotAvailable("canceling statement due to lock timeout"),
+        psycopg.errors.QueryCanceled("canceling statement due to statement timeout"),
+    ],
+)
+def test_statement_and_lock_timeouts_are_a_retriable_request_timeout(exc: psycopg.Error) -> None:
+    """55P03 and 57014: the client's own bound on a statement fired (issue 14); the statement was
+    rolled back, so the request may simply be sent again."""
+    mapped = translate(exc)
+    assert isinstance(mapped, errors.RequestTimeoutError)
+    assert mapped.retriable and not mapped.abortable and not mapped.fatal
+    assert "timeout" in str(mapped)

@@ -1,0 +1,162 @@
+"""Every wait is bounded by the caller's timeout (issue 14, finding 6), against a real PostgreSQL.
+
+A real second session holds a partition's row lock (as the owner, in an open transaction), and a
+fault proxy stalls the network; each call must return or raise a typed error within its own
+timeout plus a generous margin. The margin only bounds the call: nothing here asserts speed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+import oncelog
+from oncelog import errors
+from oncelog.types import TopicPartition
+from tests.support.logcheck import host_port, read_partition, sslmode_disable, values, wait_until
+from tests.support.proxy import FaultProxy
+
+#: Added to a call's own timeout to bound how long it may take (scheduling on a loaded host).
+MARGIN = 5.0
+
+
+def _libpq(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://")
+
+
+@contextlib.contextmanager
+def partition_locked(db_url: str, topic: str, partition: int) -> Iterator[psycopg.Connection]:
+    """A second session holding ``topic``'s partition row FOR UPDATE until the block ends."""
+    with psycopg.connect(_libpq(db_url)) as conn:
+        conn.execute(
+            "SELECT p.next_offset FROM oncelog.partitions p JOIN oncelog.topics t USING (topic_id) "
+            "WHERE t.name = %s AND p.partition = %s FOR UPDATE",
+            (topic, partition),
+        )
+        try:
+            yield conn
+        finally:
+            conn.rollback()
+
+
+@pytest.mark.timeout(120)
+def test_send_behind_a_partition_lock_fails_typed_in_time_and_other_partitions_go_on(db_url: str) -> None:
+    with oncelog.Admin(db_url) as admin:
+        admin.create_topic("t", partitions=2)
+    producer = oncelog.Producer(db_url, linger_ms=0, delivery_timeout_ms=3000)
+    try:
+        producer.send("t", b"warm", partition=1).result(30)  # a producer id and a connection exist
+        with partition_locked(db_url, "t", 0):
+            started = time.monotonic()
+            blocked = producer.send("t", b"blocked", partition=0)
+            other = producer.send("t", b"other", partition=1)
+            # The other partition's batch is not held back behind the lock wait.
+            assert other.result(3 + MARGIN).offset == 1
+            with pytest.raises(errors.DeliveryTimeoutError):
+                blocked.result(3 + MARGIN)
+            assert time.monotonic() - started < 3 + MARGIN
+            assert producer.metrics()["record_retry_total"] >= 1
+        # The lock is gone: the partition takes records again, with no gap and no duplicate, and
+        # no epoch bump was needed (every cancelled attempt was rolled back by the server).
+        assert producer.send("t", b"after", partition=0).result(30).offset == 0
+        assert producer.metrics()["epoch_bump_total"] == 0
+    finally:
+        producer.close(timeout=10)
+    assert values(read_partition(db_url, "t", 0)) == [b"after"]
+    assert values(read_partition(db_url, "t", 1)) == [b"warm", b"other"]
+
+
+@pytest.mark.timeout(120)
+def test_transactional_commit_behind_a_partition_lock_raises_within_its_timeout(db_url: str) -> None:
+    with oncelog.Admin(db_url) as admin:
+        admin.create_topic("t", partitions=1)
+    producer = oncelog.Producer(db_url, transactional_id="tx", linger_ms=0, delivery_timeout_ms=60_000)
+    try:
+        producer.init_transactions(timeout=30)
+        with partition_locked(db_url, "t", 0):
+            producer.begin_transaction()
+            producer.send("t", b"r", partition=0)
+            started = time.monotonic()
+            with pytest.raises(errors.OncelogError) as raised:
+                producer.commit_transaction(timeout=2)
+            assert time.monotonic() - started < 2 + MARGIN
+            assert raised.value.retriable
+        producer.commit_transaction(timeout=30)  # the lock is gone: the same commit completes
+    finally:
+        producer.close(timeout=10)
+    with oncelog.Consumer(db_url) as consumer:  # read_committed
+        consumer.assign([TopicPartition("t", 0)])
+        consumer.seek(TopicPartition("t", 0), 0)
+        assert [r.value for r in consumer.poll(timeout=10)] == [b"r"]
+
+
+@pytest.mark.timeout(120)
+def test_poll_through_a_stalled_network_returns_within_its_timeout(db_url: str) -> None:
+    with oncelog.Admin(db_url) as admin:
+        admin.create_topic("t", partitions=1)
+    with oncelog.Producer(db_url, linger_ms=0) as producer:
+        producer.send("t", b"r0").result(30)
+    host, port = host_port(db_url)
+    with FaultProxy(host, port) as proxy:
+        consumer = oncelog.Consumer(proxy.url_for(sslmode_disable(db_url)), isolation_level="read_uncommitted")
+        try:
+            tp = TopicPartition("t", 0)
+            consumer.assign([tp])
+            consumer.seek(tp, 0)
+            assert [r.value for r in consumer.poll(timeout=10)] == [b"r0"]
+            proxy.stall(40)
+            for _ in range(2):  # the kept connection, then a fresh one through the same stall
+                started = time.monotonic()
+                with contextlib.suppress(errors.DatabaseUnavailableError):
+                    assert consumer.poll(timeout=1) == []
+                assert time.monotonic() - started < 1 + MARGIN
+            proxy.resume()
+            with oncelog.Producer(db_url, linger_ms=0) as producer:
+                producer.send("t", b"r1").result(30)
+            got: list[bytes | None] = []
+
+            def read_r1() -> bool:
+                with contextlib.suppress(errors.DatabaseUnavailableError):  # a connection cut in the stall
+                    got.extend(r.value for r in consumer.poll(timeout=1))
+                return got == [b"r1"]
+
+            wait_until(read_r1, 60, "the consumer to read again after the stall")
+        finally:
+            proxy.resume()
+            consumer.close()
+
+
+@pytest.mark.timeout(120)
+def test_admin_calls_and_flush_through_a_stalled_network_end_within_their_timeouts(db_url: str) -> None:
+    with oncelog.Admin(db_url) as admin:
+        admin.create_topic("t", partitions=1)
+    host, port = host_port(db_url)
+    with FaultProxy(host, port) as proxy:
+        url = proxy.url_for(sslmode_disable(db_url))
+        admin = oncelog.Admin(url, request_timeout_ms=2000)
+        producer = oncelog.Producer(url, linger_ms=0, delivery_timeout_ms=4000)
+        try:
+            assert admin.list_topics() == {"t": 1}  # a pooled connection exists
+            producer.send("t", b"r0").result(30)
+            proxy.stall(40)
+            for _ in range(2):  # the pooled connection (its ping), then a new one
+                started = time.monotonic()
+                with pytest.raises(errors.DatabaseUnavailableError):
+                    admin.list_topics()
+                assert time.monotonic() - started < 2 + MARGIN
+            future = producer.send("t", b"r1")
+            started = time.monotonic()
+            with pytest.raises(errors.DeliveryTimeoutError):
+                producer.flush(timeout=1)
+            assert time.monotonic() - started < 1 + MARGIN
+            with pytest.raises(errors.DeliveryTimeoutError):
+                future.result(4 + MARGIN)  # its delivery timeout ends it, stall or not
+            assert time.monotonic() - started < 4 + MARGIN
+        finally:
+            proxy.resume()
+            producer.close(timeout=10)
+            admin.close()
