@@ -1,0 +1,708 @@
+-- The log: InitProducerId (idempotent), Produce, ListOffsets, Fetch and the read_committed cut.
+--
+-- Lock order, everywhere (docs/design.md, "Locks and decisions"): the transactions row of a
+-- transactional id, then the producers row, then partition rows in (topic_id, partition) order,
+-- then the producer's sequence state. Every decision is taken under the lock of the row it
+-- depends on; the functions' comments name the lock at each step.
+
+CREATE OR REPLACE FUNCTION init_producer_id_v1(p_producer_id bigint DEFAULT NULL::bigint, p_epoch smallint DEFAULT NULL::smallint)
+ RETURNS TABLE(producer_id bigint, producer_epoch smallint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v producers%ROWTYPE;
+    v_caller oid := acl_caller_v1();
+BEGIN
+    IF (p_producer_id IS NULL) <> (p_epoch IS NULL) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000', MESSAGE = 'give both the producer id and its epoch, or neither';
+    END IF;
+    IF p_producer_id IS NOT NULL THEN
+        -- KIP-360 for an idempotent producer: bump the epoch of the id it holds. FOR UPDATE waits
+        -- for appends in flight (they hold the row FOR SHARE) and fences later ones.
+        -- Revision 0017: only the principal the id was issued to may name it. Another principal's
+        -- id is treated as unknown (a fresh id below): no lock on it, no effect on it, and nothing
+        -- about it in the answer. The owner filter is in the WHERE clause, so a row that is not
+        -- the caller's is never locked (an idempotent id's owner never changes).
+        SELECT * INTO v FROM producers p WHERE p.producer_id = p_producer_id AND p.owner = v_caller FOR UPDATE;
+        IF FOUND THEN
+            IF v.transactional_id IS NOT NULL THEN
+                RAISE EXCEPTION USING ERRCODE = 'OL302',
+                    MESSAGE = format('producer id %s belongs to a transactional id', p_producer_id);
+            END IF;
+            IF p_epoch = v.epoch THEN
+                IF v.epoch < 32766 THEN
+                    UPDATE producers p SET epoch = v.epoch + 1, last_epoch = v.epoch, last_used_at = now()
+                    WHERE p.producer_id = p_producer_id;
+                    RETURN QUERY SELECT p_producer_id, (v.epoch + 1)::smallint;
+                    RETURN;
+                END IF;
+                -- Epoch exhausted: a new producer id at epoch 0 (below).
+            ELSIF p_epoch = v.last_epoch THEN
+                -- A retry of a bump that already happened: the same answer again.
+                RETURN QUERY SELECT v.producer_id, v.epoch;
+                RETURN;
+            ELSE
+                RAISE EXCEPTION USING ERRCODE = 'OL202',
+                    MESSAGE = format('producer id %s is at epoch %s, not %s', p_producer_id, v.epoch, p_epoch);
+            END IF;
+        END IF;
+        -- Unknown (expired) or exhausted: fall through to a fresh producer id.
+    END IF;
+    INSERT INTO producers AS p (owner) VALUES (v_caller) RETURNING p.producer_id, p.epoch INTO v.producer_id, v.epoch;
+    RETURN QUERY SELECT v.producer_id, v.epoch;
+END
+$fn$;
+COMMENT ON FUNCTION init_producer_id_v1(p_producer_id bigint, p_epoch smallint) IS
+  'InitProducerId without a transactional id: a new producer id at epoch 0, bound to the calling principal, or (KIP-360) given the current id and epoch of one of the caller''s own ids, the next epoch (a retried bump gets the same answer; an exhausted epoch a new id). Another principal''s id is treated as unknown: a new id.';
+
+CREATE OR REPLACE FUNCTION produce_v2(p_topic text, p_partition integer, p_producer_id bigint, p_producer_epoch smallint, p_base_sequence integer, p_keys bytea[], p_values bytea[], p_headers jsonb[] DEFAULT NULL::jsonb[], p_timestamps timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], p_transactional_id text DEFAULT NULL::text, p_txn_number bigint DEFAULT NULL::bigint)
+ RETURNS TABLE(base_offset bigint, last_offset bigint, log_append_time timestamp with time zone, duplicate boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_n integer := cardinality(p_values);
+    v_txn boolean := p_transactional_id IS NOT NULL;
+    v_topic_id integer;
+    v_max_bytes integer;
+    v_after_max bigint;
+    v_bad_ts timestamptz;
+    v_producer_tid text;
+    v_epoch smallint;
+    v_next bigint;
+    v_last_seq integer;
+    v_expected integer;
+    v_bytes bigint;
+    v_now timestamptz := now();
+    s producer_partition_state%ROWTYPE;
+    i integer;
+BEGIN
+    -- Access control (revision 0009, docs/acl.md), before any lock or write. While enforcement
+    -- is off this one lookup is all it costs.
+    IF (SELECT acl_settings.enforce FROM acl_settings) THEN
+        PERFORM acl_require_v1('transactional_id', ARRAY[p_transactional_id], 'write');
+        PERFORM acl_require_v1('topic', ARRAY[p_topic], 'write');
+    END IF;
+    -- Validation that needs no lock comes first, so a bad request never holds a lock.
+    IF v_n IS NULL OR v_n = 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL107', MESSAGE = 'a batch must hold at least one record';
+    END IF;
+    IF cardinality(p_keys) IS DISTINCT FROM v_n
+       OR (p_headers IS NOT NULL AND cardinality(p_headers) <> v_n)
+       OR (p_timestamps IS NOT NULL AND cardinality(p_timestamps) <> v_n) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL107', MESSAGE = 'keys, values, headers and timestamps differ in length';
+    END IF;
+    IF v_n > (SELECT max_batch_records FROM settings) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL106',
+            MESSAGE = format('a batch may hold at most %s records, not %s', (SELECT max_batch_records FROM settings), v_n);
+    END IF;
+    IF p_producer_id IS NULL THEN
+        IF p_producer_epoch IS NOT NULL OR p_base_sequence IS NOT NULL OR v_txn THEN
+            RAISE EXCEPTION USING ERRCODE = 'OL107', MESSAGE = 'an epoch, sequence or transaction needs a producer id';
+        END IF;
+    ELSIF p_producer_epoch IS NULL OR p_base_sequence IS NULL OR p_base_sequence < 0 OR p_producer_epoch < 0
+          OR p_producer_epoch >= 32767 THEN
+        -- 32767 is the fencing epoch (revision 0017): no instance is ever handed it.
+        RAISE EXCEPTION USING ERRCODE = 'OL107',
+            MESSAGE = format('an idempotent batch needs an epoch in [0, 32766] and a base sequence >= 0 '
+                             '(got epoch %s, sequence %s)', p_producer_epoch, p_base_sequence);
+    END IF;
+    IF v_txn AND p_txn_number IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL107', MESSAGE = 'a transactional batch names its transaction number';
+    END IF;
+    SELECT t.topic_id, t.max_message_bytes, t.message_timestamp_after_max_ms INTO v_topic_id, v_max_bytes, v_after_max
+    FROM topics t WHERE t.name = p_topic;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown topic %L', p_topic);
+    END IF;
+    SELECT max(sz), sum(sz) INTO i, v_bytes FROM (
+        SELECT coalesce(octet_length(k), 0) + coalesce(octet_length(v), 0) + coalesce(octet_length(h::text), 0) AS sz
+        FROM unnest(p_keys, p_values, coalesce(p_headers, array_fill(NULL::jsonb, ARRAY[v_n]))) AS r(k, v, h)
+    ) sizes;
+    IF i > v_max_bytes THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL105',
+            MESSAGE = format('a record of %s bytes exceeds max_message_bytes %s of topic %L', i, v_max_bytes, p_topic);
+    END IF;
+    -- Revision 0017: everything a reader decodes is checked here, so no stored record can stop a
+    -- reader: headers have the one documented shape, timestamps are finite and within the
+    -- topic's bound into the future (Kafka's message.timestamp.after.max.ms, KIP-937), which
+    -- also keeps one far-future record from holding time-based retention back for good.
+    IF p_headers IS NOT NULL AND EXISTS (SELECT 1 FROM unnest(p_headers) h WHERE NOT headers_valid_v1(h)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL107',
+            MESSAGE = 'headers must be JSON arrays of {"key": text, "value": base64 text or null} objects';
+    END IF;
+    IF p_timestamps IS NOT NULL THEN
+        SELECT ts INTO v_bad_ts FROM unnest(p_timestamps) ts
+        WHERE ts IS NOT NULL AND CASE WHEN NOT isfinite(ts) OR ts < '1970-01-01 00:00:00+00' OR ts >= '10000-01-01 00:00:00+00'
+                                      THEN true
+                                      ELSE extract(epoch FROM ts - v_now) * 1000 > v_after_max END
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'OL109',
+                MESSAGE = format('timestamp %s is outside [1970-01-01, now + %s ms] (message_timestamp_after_max_ms of topic %L)',
+                                 v_bad_ts, v_after_max, p_topic);
+        END IF;
+    END IF;
+
+    IF v_txn THEN
+        -- Lock 0: the transactions row (FOR UPDATE, in txn_check_v1): checks the producer id,
+        -- epoch, transaction number and timeout, and opens transaction N after N-1. An epoch bump
+        -- or a commit takes the same lock, so none can interleave with this append.
+        PERFORM txn_check_v1(p_transactional_id, p_producer_id, p_producer_epoch, p_txn_number, true);
+        IF NOT EXISTS (SELECT 1 FROM partitions pt WHERE pt.topic_id = v_topic_id AND pt.partition = p_partition) THEN
+            RAISE EXCEPTION USING ERRCODE = 'OL101',
+                MESSAGE = format('unknown partition %s of topic %L', p_partition, p_topic);
+        END IF;
+        INSERT INTO txn_partitions (transactional_id, topic_id, partition)
+        VALUES (p_transactional_id, v_topic_id, p_partition)
+        ON CONFLICT DO NOTHING;
+    END IF;
+
+    IF p_producer_id IS NOT NULL THEN
+        -- Lock 1: the producer row, shared. An epoch bump takes it FOR UPDATE, so it waits for this
+        -- append to commit, and this append cannot land after a bump has committed.
+        -- Revision 0017: a producer id is usable only by the principal it was issued to. The owner
+        -- filter is in the WHERE clause, so another principal's row is never locked, and the
+        -- caller is told nothing of it (not its epoch, not its sequences: those messages below
+        -- reach the owner only). An idempotent id's owner never changes; a transactional id's
+        -- changes only under its transactions row's lock, held here since lock 0.
+        SELECT p.epoch, p.transactional_id INTO v_epoch, v_producer_tid FROM producers p
+        WHERE p.producer_id = p_producer_id AND p.owner = acl_caller_v1()
+        FOR SHARE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'OL203',
+                MESSAGE = format('unknown producer id %s (never issued to this principal, or expired): call InitProducerId',
+                                 p_producer_id);
+        END IF;
+        IF NOT v_txn AND v_producer_tid IS NOT NULL THEN
+            -- Revision 0017: a transactional id's producer writes in its transactions only (Kafka's
+            -- transactional producer has no other path). This also keeps a plain batch out of the
+            -- producer's open transaction (rule 6) whatever the timing: no transaction, no race.
+            RAISE EXCEPTION USING ERRCODE = 'OL302',
+                MESSAGE = format('producer id %s belongs to a transactional id: write in its transactions', p_producer_id);
+        END IF;
+        IF p_producer_epoch < v_epoch THEN
+            RAISE EXCEPTION USING ERRCODE = 'OL202',
+                MESSAGE = format('producer %s: epoch %s is older than the current epoch %s', p_producer_id, p_producer_epoch, v_epoch);
+        ELSIF p_producer_epoch > v_epoch THEN
+            RAISE EXCEPTION USING ERRCODE = 'OL202',
+                MESSAGE = format('producer %s: epoch %s was never issued (current %s)', p_producer_id, p_producer_epoch, v_epoch);
+        END IF;
+    END IF;
+
+    -- Lock 2: the partition row, held to commit. Offsets are dense and taken under this lock, so
+    -- commit order equals offset order: a reader never sees offset N+1 before offset N.
+    SELECT pt.next_offset INTO v_next FROM partitions pt
+    WHERE pt.topic_id = v_topic_id AND pt.partition = p_partition
+    FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL101',
+            MESSAGE = format('unknown partition %s of topic %L', p_partition, p_topic);
+    END IF;
+
+    IF p_producer_id IS NOT NULL THEN
+        -- Kafka's lastSeq: sequences are 31-bit and wrap from 2147483647 to 0.
+        v_last_seq := ((p_base_sequence::bigint + v_n - 1) % 2147483648)::integer;
+        -- Lock 3: this producer's sequence state in this partition (expiry deletes it FOR UPDATE).
+        SELECT * INTO s FROM producer_partition_state ps
+        WHERE ps.producer_id = p_producer_id AND ps.topic_id = v_topic_id AND ps.partition = p_partition
+        FOR UPDATE;
+        IF FOUND AND s.epoch = p_producer_epoch THEN
+            -- Rule 1: a batch equal to one of the last five is a retry: nothing is appended.
+            FOR i IN 1 .. cardinality(s.first_sequences) LOOP
+                IF s.first_sequences[i] = p_base_sequence AND s.last_sequences[i] = v_last_seq THEN
+                    RETURN QUERY SELECT s.first_offsets[i], s.last_offsets[i], s.timestamps[i], true;
+                    RETURN;
+                END IF;
+            END LOOP;
+            -- Rule 3: otherwise it must follow the last batch.
+            v_expected := CASE WHEN s.last_sequences[cardinality(s.last_sequences)] = 2147483647 THEN 0
+                               ELSE s.last_sequences[cardinality(s.last_sequences)] + 1 END;
+            IF p_base_sequence <> v_expected THEN
+                RAISE EXCEPTION USING ERRCODE = 'OL201',
+                    MESSAGE = format('producer %s epoch %s partition %s-%s: expected sequence %s, got %s',
+                                     p_producer_id, p_producer_epoch, p_topic, p_partition, v_expected, p_base_sequence);
+            END IF;
+        ELSIF p_base_sequence <> 0 THEN
+            -- Rules 4 and 5: a new epoch, or a producer with no state here, starts at 0.
+            RAISE EXCEPTION USING ERRCODE = 'OL201',
+                MESSAGE = format('producer %s epoch %s partition %s-%s: a new producer or epoch starts at sequence 0, not %s',
+                                 p_producer_id, p_producer_epoch, p_topic, p_partition, p_base_sequence);
+        END IF;
+    END IF;
+
+    INSERT INTO records (topic_id, partition, "offset", producer_id, producer_epoch, sequence, is_transactional,
+                         key, value, headers, "timestamp", txn_number)
+    SELECT v_topic_id, p_partition, v_next + r.o - 1, p_producer_id, p_producer_epoch,
+           CASE WHEN p_producer_id IS NOT NULL
+                THEN ((p_base_sequence::bigint + r.o - 1) % 2147483648)::integer END,
+           v_txn, r.k, r.v, r.h, coalesce(r.ts, v_now), CASE WHEN v_txn THEN p_txn_number END
+    FROM unnest(p_keys, p_values,
+                coalesce(p_headers, array_fill(NULL::jsonb, ARRAY[v_n])),
+                coalesce(p_timestamps, array_fill(NULL::timestamptz, ARRAY[v_n])))
+         WITH ORDINALITY AS r(k, v, h, ts, o);
+    UPDATE partitions pt SET next_offset = v_next + v_n, log_bytes = pt.log_bytes + v_bytes
+    WHERE pt.topic_id = v_topic_id AND pt.partition = p_partition;
+    IF v_txn THEN
+        -- The transaction's first offset here holds the partition's last stable offset back.
+        UPDATE txn_partitions x SET first_offset = v_next
+        WHERE x.transactional_id = p_transactional_id AND x.topic_id = v_topic_id AND x.partition = p_partition
+          AND x.first_offset IS NULL;
+    END IF;
+
+    IF p_producer_id IS NOT NULL THEN
+        -- Keep the last five batches of this epoch; a new epoch starts a new window.
+        INSERT INTO producer_partition_state AS ps
+            (producer_id, topic_id, partition, epoch, first_sequences, last_sequences,
+             first_offsets, last_offsets, timestamps, updated_at)
+        VALUES (p_producer_id, v_topic_id, p_partition, p_producer_epoch, ARRAY[p_base_sequence], ARRAY[v_last_seq],
+                ARRAY[v_next], ARRAY[v_next + v_n - 1], ARRAY[v_now], v_now)
+        ON CONFLICT ON CONSTRAINT pk_producer_partition_state DO UPDATE SET
+            epoch = EXCLUDED.epoch,
+            first_sequences = CASE WHEN ps.epoch = EXCLUDED.epoch THEN ps.first_sequences[greatest(1, cardinality(ps.first_sequences) - 3):] ELSE '{}' END || EXCLUDED.first_sequences,
+            last_sequences = CASE WHEN ps.epoch = EXCLUDED.epoch THEN ps.last_sequences[greatest(1, cardinality(ps.last_sequences) - 3):] ELSE '{}' END || EXCLUDED.last_sequences,
+            first_offsets = CASE WHEN ps.epoch = EXCLUDED.epoch THEN ps.first_offsets[greatest(1, cardinality(ps.first_offsets) - 3):] ELSE '{}' END || EXCLUDED.first_offsets,
+            last_offsets = CASE WHEN ps.epoch = EXCLUDED.epoch THEN ps.last_offsets[greatest(1, cardinality(ps.last_offsets) - 3):] ELSE '{}' END || EXCLUDED.last_offsets,
+            timestamps = CASE WHEN ps.epoch = EXCLUDED.epoch THEN ps.timestamps[greatest(1, cardinality(ps.timestamps) - 3):] ELSE '{}' END || EXCLUDED.timestamps,
+            updated_at = EXCLUDED.updated_at;
+    END IF;
+    RETURN QUERY SELECT v_next, v_next + v_n - 1, v_now, false;
+END
+$fn$;
+COMMENT ON FUNCTION produce_v2(p_topic text, p_partition integer, p_producer_id bigint, p_producer_epoch smallint, p_base_sequence integer, p_keys bytea[], p_values bytea[], p_headers jsonb[], p_timestamps timestamp with time zone[], p_transactional_id text, p_txn_number bigint) IS
+  'Produce one batch to one partition: validates, detects a retried batch (returns its original offsets, duplicate = true), enforces epoch and sequence order and appends under the partition lock. With a transactional id and transaction number, the batch joins that transaction (opening it, and adding the partition, if needed). Producer id NULL writes without idempotence. A producer id is usable only by the principal it was issued to (OL203 otherwise), and one that serves a transactional id only in its transactions (OL302). Headers must be arrays of {"key", "value": base64 or null} objects (OL107); timestamps within [1970-01-01, now + the topic''s message_timestamp_after_max_ms] (OL109).';
+
+CREATE OR REPLACE FUNCTION produce_end_txn_v1(p_topic text, p_partition integer, p_producer_id bigint, p_producer_epoch smallint, p_base_sequence integer, p_keys bytea[], p_values bytea[], p_headers jsonb[], p_timestamps timestamp with time zone[], p_transactional_id text, p_txn_number bigint)
+ RETURNS TABLE(base_offset bigint, last_offset bigint, log_append_time timestamp with time zone, duplicate boolean, outcome text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    r record;
+    t transactions%ROWTYPE;
+    v_outcome text;
+    v_last_seq integer;
+BEGIN
+    IF p_transactional_id IS NULL OR p_txn_number IS NULL OR p_producer_id IS NULL OR p_producer_epoch IS NULL
+       OR p_base_sequence IS NULL OR p_base_sequence < 0 OR coalesce(cardinality(p_values), 0) = 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL107',
+            MESSAGE = 'produce_end_txn needs a transactional id, transaction number, producer id, epoch, '
+                      'base sequence and at least one record';
+    END IF;
+    -- Access control (revision 0009, docs/acl.md): both calls below check again; this is for
+    -- the retry answer, which reads the producer's state of this partition.
+    IF (SELECT acl_settings.enforce FROM acl_settings) THEN
+        PERFORM acl_require_v1('transactional_id', ARRAY[p_transactional_id], 'write');
+        PERFORM acl_require_v1('topic', ARRAY[p_topic], 'write');
+    END IF;
+    -- Lock 0, the transactions row, before deciding anything (revision 0017). A retry that
+    -- overlaps the original call (the client's retry after a lost connection) waits here for it,
+    -- then reads the row as the original left it: committed, so it is answered as a retry.
+    -- Before 0017 it read the row unlocked, saw the transaction still open, went on to append and
+    -- got INVALID_TXN_STATE for a transaction that had committed.
+    SELECT * INTO t FROM transactions x WHERE x.transactional_id = p_transactional_id FOR UPDATE;
+    IF FOUND AND t.producer_id = p_producer_id AND t.txn_number = p_txn_number AND t.state = 'CompleteCommit' THEN
+        -- A retry of a call that committed. end_txn_v1 re-checks the owner and the epoch under
+        -- the same lock: 'already_committed', or the error a fenced caller gets.
+        v_outcome := end_txn_v1(p_transactional_id, p_producer_id, p_producer_epoch, p_txn_number, true);
+        v_last_seq := ((p_base_sequence::bigint + cardinality(p_values) - 1) % 2147483648)::integer;
+        RETURN QUERY
+        SELECT s.first_offsets[i], s.last_offsets[i], s.timestamps[i], true, v_outcome
+        FROM producer_partition_state s
+        JOIN topics tp ON tp.topic_id = s.topic_id
+        CROSS JOIN LATERAL generate_subscripts(s.first_sequences, 1) AS i
+        WHERE s.producer_id = p_producer_id AND s.epoch = p_producer_epoch AND tp.name = p_topic
+          AND s.partition = p_partition AND s.first_sequences[i] = p_base_sequence AND s.last_sequences[i] = v_last_seq;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'OL303',
+                MESSAGE = format('transaction %s of %L is already committed, without this batch (sequence %s of %s-%s)',
+                                 p_txn_number, p_transactional_id, p_base_sequence, p_topic, p_partition);
+        END IF;
+        RETURN;
+    END IF;
+    -- The documented lock order (docs/design.md), revision 0017: the transactions row (held), the
+    -- producer row (txn_check_v1 checks the owner and the epoch first, so a fenced or foreign
+    -- caller locks nothing more), then every partition EndTxn will write a marker to, this
+    -- batch's included, in (topic_id, partition) order, before appending. Before 0017 the append
+    -- locked its partition first and EndTxn then took the others in order: two commits whose
+    -- last batches went to each other's partitions deadlocked.
+    PERFORM txn_check_v1(p_transactional_id, p_producer_id, p_producer_epoch, p_txn_number, true);
+    PERFORM 1 FROM producers p WHERE p.producer_id = p_producer_id FOR SHARE;
+    -- Rows are locked as the sorted scan returns them (the lock sits above the sort in the plan).
+    PERFORM 1 FROM partitions pt
+    WHERE (pt.topic_id, pt.partition) IN (
+        SELECT x.topic_id, x.partition FROM txn_partitions x WHERE x.transactional_id = p_transactional_id
+        UNION ALL
+        SELECT tp.topic_id, p_partition FROM topics tp WHERE tp.name = p_topic)
+    ORDER BY pt.topic_id, pt.partition
+    FOR NO KEY UPDATE;
+    -- The batch (it may open the transaction), then EndTxn; any error rolls both back.
+    SELECT * INTO r FROM produce_v2(p_topic, p_partition, p_producer_id, p_producer_epoch, p_base_sequence,
+                                    p_keys, p_values, p_headers, p_timestamps, p_transactional_id, p_txn_number);
+    v_outcome := end_txn_v1(p_transactional_id, p_producer_id, p_producer_epoch, p_txn_number, true);
+    RETURN QUERY SELECT r.base_offset, r.last_offset, r.log_append_time, r.duplicate, v_outcome;
+END
+$fn$;
+COMMENT ON FUNCTION produce_end_txn_v1(p_topic text, p_partition integer, p_producer_id bigint, p_producer_epoch smallint, p_base_sequence integer, p_keys bytea[], p_values bytea[], p_headers jsonb[], p_timestamps timestamp with time zone[], p_transactional_id text, p_txn_number bigint) IS
+  'A transaction''s last batch (produce_v2) and its commit (end_txn_v1) in one database transaction: both or neither. Returns the batch''s offsets and EndTxn''s outcome (committed; already_committed for a retry of a call that committed, with the batch''s offsets; timed_out when the transaction had passed its timeout and was aborted instead). Errors as produce_v2 and end_txn_v1.';
+
+CREATE OR REPLACE FUNCTION headers_valid_v1(p_headers jsonb)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path FROM CURRENT
+AS $fn$
+    -- The one shape readers decode (oncelog.store.records.decode_headers): an array of objects
+    -- with exactly "key" (a string) and "value" (standard base64 with padding, or null). The CASE
+    -- keeps jsonb_object_keys away from elements that are not objects (it raises on them).
+    SELECT p_headers IS NULL OR (jsonb_typeof(p_headers) = 'array' AND NOT EXISTS (
+        SELECT 1 FROM jsonb_array_elements(p_headers) AS e(h)
+        WHERE CASE WHEN jsonb_typeof(e.h) <> 'object' THEN true
+                   ELSE NOT (e.h ?& ARRAY['key', 'value'])
+                        OR (SELECT count(*) FROM jsonb_object_keys(e.h)) <> 2
+                        OR jsonb_typeof(e.h -> 'key') <> 'string'
+                        OR jsonb_typeof(e.h -> 'value') NOT IN ('string', 'null')
+                        OR (jsonb_typeof(e.h -> 'value') = 'string'
+                            AND (e.h ->> 'value') !~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$')
+              END))
+$fn$;
+COMMENT ON FUNCTION headers_valid_v1(p_headers jsonb) IS
+  'Internal: whether a record''s headers have the stored shape [{"key": text, "value": base64 or null}, ...].';
+
+CREATE OR REPLACE FUNCTION list_offsets_v1(p_topic text)
+ RETURNS TABLE(partition integer, log_start_offset bigint, high_watermark bigint)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $fn$
+BEGIN
+    -- Access control (revision 0009, docs/acl.md), before any lock or write. While enforcement
+    -- is off this one lookup is all it costs.
+    IF (SELECT acl_settings.enforce FROM acl_settings) THEN
+        PERFORM acl_require_v1('topic', ARRAY[p_topic], 'describe');
+    END IF;
+    RETURN QUERY
+    SELECT pt.partition, pt.log_start_offset, pt.next_offset
+    FROM partitions pt JOIN topics t USING (topic_id)
+    WHERE t.name = p_topic
+    ORDER BY pt.partition;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown topic %L', p_topic);
+    END IF;
+END
+$fn$;
+COMMENT ON FUNCTION list_offsets_v1(p_topic text) IS
+  'ListOffsets: log start offset and high watermark of each partition of a topic.';
+
+CREATE OR REPLACE FUNCTION fetch_v3(p_topics text[], p_partitions integer[], p_offsets bigint[], p_max_records integer, p_read_committed boolean)
+ RETURNS TABLE(idx integer, "offset" bigint, key bytea, value bytea, headers jsonb, "timestamp" timestamp with time zone, producer_id bigint, producer_epoch smallint, sequence integer, bounds bigint[], error text)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    i integer;
+    v_topic_ids integer[];
+    v_starts bigint[];
+    v_ends bigint[];
+    v_lsos bigint[];
+    v_limits bigint[];
+    v_expired boolean[];
+    v_errors text[];
+BEGIN
+    -- Access control (revision 0009, docs/acl.md), before any lock or write. While enforcement
+    -- is off this one lookup is all it costs.
+    IF (SELECT acl_settings.enforce FROM acl_settings) THEN
+        PERFORM acl_require_v1('topic', p_topics, 'read');
+    END IF;
+    -- Into arrays of this function's own: fields of a record variable measured ~30 us slower here.
+    SELECT * INTO v_topic_ids, v_starts, v_ends, v_lsos, v_limits, v_expired, v_errors
+    FROM fetch_bounds_v2(p_topics, p_partitions, p_offsets, p_max_records, p_read_committed);
+    -- A loop of per-partition queries: one statement (a lateral join of each partition's row and
+    -- records) measured no faster from a client.
+    FOR i IN 1 .. coalesce(cardinality(p_topics), 0) LOOP
+        RETURN QUERY SELECT i, NULL::bigint, NULL::bytea, NULL::bytea, NULL::jsonb, NULL::timestamptz,
+            NULL::bigint, NULL::smallint, NULL::integer,
+            ARRAY[v_starts[i], v_ends[i], v_lsos[i], v_limits[i], v_expired[i]::integer], v_errors[i];
+        IF v_errors[i] IS NOT NULL THEN
+            CONTINUE;
+        END IF;
+        -- Control records are never returned; read_committed also skips aborted records.
+        RETURN QUERY
+        SELECT i, x."offset", x.key, x.value, x.headers, x."timestamp", x.producer_id, x.producer_epoch,
+               x.sequence, NULL::bigint[], NULL::text
+        FROM records x
+        WHERE x.topic_id = v_topic_ids[i] AND x.partition = p_partitions[i]
+          AND x."offset" >= p_offsets[i] AND x."offset" < v_limits[i] AND x.control_type IS NULL
+          AND NOT (p_read_committed AND x.aborted)
+        ORDER BY x."offset"
+        LIMIT p_max_records;
+    END LOOP;
+END
+$fn$;
+COMMENT ON FUNCTION fetch_v3(p_topics text[], p_partitions integer[], p_offsets bigint[], p_max_records integer, p_read_committed boolean) IS
+  'Fetch many partitions in one snapshot. Per requested partition (idx = its 1-based position in the request) first a row with offset NULL and bounds = {log start, high watermark, last stable offset, the limit this read stopped at, 1 if an expired transaction holds it back} or an error (unknown_topic_or_partition, offset_out_of_range), then up to p_max_records records in offset order. read_committed stops at the last stable offset, skips aborted records, and returns a committed transaction on all the requested partitions or on none. Control records never appear.';
+
+CREATE OR REPLACE FUNCTION fetch_bounds_v2(p_topics text[], p_partitions integer[], p_offsets bigint[], p_max_records integer, p_read_committed boolean, OUT topic_ids integer[], OUT log_start_offsets bigint[], OUT high_watermarks bigint[], OUT last_stable_offsets bigint[], OUT read_limits bigint[], OUT expired_open boolean[], OUT errors text[])
+ RETURNS record
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path FROM CURRENT
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $fn$
+DECLARE
+    n integer := coalesce(cardinality(p_topics), 0);
+    i integer;
+    v_torn_possible boolean := false;
+    v_scan_ends bigint[];
+    v_cap bigint;
+    ok_ids integer[];
+    ok_parts integer[];
+    ok_starts bigint[];
+    ok_limits bigint[];
+    ok_scan_ends bigint[];
+    ok_index integer[];
+    cut bigint[];
+BEGIN
+    IF cardinality(p_topics) IS DISTINCT FROM cardinality(p_partitions)
+       OR cardinality(p_topics) IS DISTINCT FROM cardinality(p_offsets) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000', MESSAGE = 'topics, partitions and offsets differ in length';
+    END IF;
+    IF p_max_records IS NULL OR p_max_records < 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000', MESSAGE = 'max records must be at least 1';
+    END IF;
+    -- Every partition in one statement: a statement per partition cost more in overhead than in
+    -- lookups. Last stable offset: the first offset of the oldest open transaction, else the end
+    -- (least() skips the NULL of a partition without one).
+    SELECT array_agg(pt.topic_id ORDER BY q.i),
+           array_agg(pt.log_start_offset ORDER BY q.i),
+           array_agg(pt.next_offset ORDER BY q.i),
+           array_agg(least(o.first_open, pt.next_offset) ORDER BY q.i),
+           array_agg(CASE WHEN pt.topic_id IS NULL OR q.off IS NULL OR q.off < pt.log_start_offset
+                               OR q.off > pt.next_offset THEN NULL
+                          WHEN p_read_committed THEN least(o.first_open, pt.next_offset)
+                          ELSE pt.next_offset END ORDER BY q.i),
+           array_agg(coalesce(o.expired, false) ORDER BY q.i),
+           array_agg(CASE WHEN pt.topic_id IS NULL THEN 'unknown_topic_or_partition'
+                          WHEN q.off IS NULL OR q.off < pt.log_start_offset OR q.off > pt.next_offset
+                          THEN 'offset_out_of_range' END ORDER BY q.i)
+    INTO topic_ids, log_start_offsets, high_watermarks, last_stable_offsets, read_limits, expired_open, errors
+    FROM unnest(p_topics, p_partitions, p_offsets) WITH ORDINALITY AS q(name, part, off, i)
+    -- Lateral, with LIMIT 1 (name and partition are unique) so that it stays a subquery: as a
+    -- plain join the kept plan hashed every partition of every topic (0.5 ms with 600).
+    LEFT JOIN LATERAL (
+        SELECT p.topic_id, p.log_start_offset, p.next_offset FROM topics t JOIN partitions p USING (topic_id)
+        WHERE t.name = q.name AND p.partition = q.part
+        LIMIT 1) pt ON true
+    LEFT JOIN LATERAL (
+        SELECT min(x.first_offset) AS first_open,
+               bool_or(tx.txn_started_at + make_interval(secs => tx.timeout_ms / 1000.0) < clock_timestamp())
+                   AS expired
+        FROM txn_partitions x JOIN transactions tx USING (transactional_id)
+        WHERE x.topic_id = pt.topic_id AND x.partition = q.part AND x.first_offset IS NOT NULL
+          AND tx.state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort')) o ON true;
+    FOR i IN 1 .. n LOOP
+        -- An open transaction holds this partition back: a committed transaction read elsewhere
+        -- may be above its last stable offset here.
+        IF p_read_committed AND errors[i] IS NULL AND last_stable_offsets[i] < high_watermarks[i] THEN
+            v_torn_possible := true;
+        END IF;
+    END LOOP;
+    -- A committed transaction is returned on all of the requested partitions or on none. Only
+    -- possible to break when some limit falls short of its partition's end.
+    IF v_torn_possible THEN
+        -- The record cap bounds which transactions this read can return (the scan end): only
+        -- needed for the check below, so found only when it runs (it costs a second index scan).
+        v_scan_ends := read_limits;
+        FOR i IN 1 .. n LOOP
+            IF errors[i] IS NULL THEN
+                v_cap := NULL;
+                SELECT r."offset" + 1 INTO v_cap FROM records r
+                WHERE r.topic_id = topic_ids[i] AND r.partition = p_partitions[i]
+                  AND r."offset" >= p_offsets[i] AND r."offset" < read_limits[i]
+                  AND r.control_type IS NULL AND NOT r.aborted
+                ORDER BY r."offset" OFFSET p_max_records - 1 LIMIT 1;
+                v_scan_ends[i] := coalesce(v_cap, read_limits[i]);
+            END IF;
+        END LOOP;
+        SELECT array_agg(topic_ids[j] ORDER BY j), array_agg(p_partitions[j] ORDER BY j),
+               array_agg(p_offsets[j] ORDER BY j), array_agg(read_limits[j] ORDER BY j),
+               array_agg(v_scan_ends[j] ORDER BY j), array_agg(j ORDER BY j)
+        INTO ok_ids, ok_parts, ok_starts, ok_limits, ok_scan_ends, ok_index
+        FROM generate_series(1, n) AS j WHERE errors[j] IS NULL;
+        cut := consistent_limits_v1(ok_ids, ok_parts, ok_starts, ok_limits, ok_scan_ends);
+        FOR i IN 1 .. coalesce(cardinality(ok_index), 0) LOOP
+            read_limits[ok_index[i]] := cut[i];
+        END LOOP;
+    END IF;
+END
+$fn$;
+COMMENT ON FUNCTION fetch_bounds_v2(p_topics text[], p_partitions integer[], p_offsets bigint[], p_max_records integer, p_read_committed boolean, OUT topic_ids integer[], OUT log_start_offsets bigint[], OUT high_watermarks bigint[], OUT last_stable_offsets bigint[], OUT read_limits bigint[], OUT expired_open boolean[], OUT errors text[]) IS
+  'Internal (phase 1 of fetch_v3): one row of arrays, element i for requested partition i: its topic id, log start offset, high watermark, last stable offset, the limit this read stops at, whether an expired transaction holds it back, and its error (unknown_topic_or_partition, offset_out_of_range) if any.';
+
+CREATE OR REPLACE FUNCTION consistent_limits_v1(p_topic_ids integer[], p_partitions integer[], p_starts bigint[], p_limits bigint[], p_scan_ends bigint[])
+ RETURNS bigint[]
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_limits bigint[] := p_limits;
+    v_changed boolean := true;
+    v_cut bigint;
+    i integer;
+BEGIN
+    WHILE v_changed LOOP
+        v_changed := false;
+        FOR i IN 1 .. coalesce(cardinality(p_topic_ids), 0) LOOP
+            WITH here AS MATERIALIZED (
+                -- Committed transactions among the records this read would return here (bounded
+                -- by the scan end, the reader's record cap).
+                SELECT DISTINCT r.producer_id, r.txn_number FROM records r
+                WHERE r.topic_id = p_topic_ids[i] AND r.partition = p_partitions[i]
+                  AND r."offset" >= p_starts[i] AND r."offset" < least(v_limits[i], p_scan_ends[i])
+                  AND r.is_transactional AND r.control_type IS NULL AND NOT r.aborted
+            ), torn AS (
+                -- ... that have a record at or past some requested partition's limit: their last
+                -- record there, from the spans EndTxn wrote (revision 0014).
+                SELECT h.producer_id, h.txn_number FROM here h
+                WHERE EXISTS (
+                    SELECT 1 FROM txn_spans s
+                    JOIN unnest(p_topic_ids, p_partitions, v_limits) AS o(topic_id, partition, lim)
+                      ON s.topic_id = o.topic_id AND s.partition = o.partition AND s.last_offset >= o.lim
+                    WHERE s.producer_id = h.producer_id AND s.txn_number = h.txn_number)
+            )
+            -- Where each starts here: its span's first record or, when it began below this read's
+            -- start, its first record from the start on (one is among the records this read would
+            -- return, so the index scan stops within them). Revision 0016: joining the torn
+            -- transactions with the records of the whole range read every record up to the limit.
+            SELECT min(CASE WHEN s.first_offset >= p_starts[i] THEN s.first_offset ELSE (
+                       SELECT r."offset" FROM records r
+                       WHERE r.topic_id = p_topic_ids[i] AND r.partition = p_partitions[i]
+                         AND r."offset" >= p_starts[i] AND r.is_transactional
+                         AND r.producer_id = t.producer_id AND r.txn_number = t.txn_number
+                       ORDER BY r."offset" LIMIT 1) END) INTO v_cut
+            FROM torn t JOIN txn_spans s
+              ON s.producer_id = t.producer_id AND s.txn_number = t.txn_number
+             AND s.topic_id = p_topic_ids[i] AND s.partition = p_partitions[i];
+            IF v_cut IS NOT NULL AND v_cut < v_limits[i] THEN
+                v_limits[i] := v_cut;
+                v_changed := true;
+            END IF;
+        END LOOP;
+    END LOOP;
+    RETURN v_limits;
+END
+$fn$;
+COMMENT ON FUNCTION consistent_limits_v1(p_topic_ids integer[], p_partitions integer[], p_starts bigint[], p_limits bigint[], p_scan_ends bigint[]) IS
+  'Read limits (at most p_limits, the last stable offsets) under which every committed transaction found in [start, scan end) is readable on all of the given partitions or on none.';
+
+CREATE OR REPLACE FUNCTION fetch_v2(p_topics text[], p_partitions integer[], p_offsets bigint[], p_max_records integer, p_read_committed boolean)
+ RETURNS TABLE(kind text, topic text, partition integer, "offset" bigint, key bytea, value bytea, headers jsonb, "timestamp" timestamp with time zone, producer_id bigint, producer_epoch smallint, sequence integer, log_start_offset bigint, high_watermark bigint, last_stable_offset bigint, read_limit bigint, expired_open boolean, error text)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $fn$
+    SELECT CASE WHEN f."offset" IS NULL THEN 'partition' ELSE 'record' END, p_topics[f.idx], p_partitions[f.idx],
+           coalesce(f."offset", p_offsets[f.idx]), f.key, f.value, f.headers, f."timestamp", f.producer_id,
+           f.producer_epoch, f.sequence, f.bounds[1], f.bounds[2], f.bounds[3], f.bounds[4],
+           CASE WHEN f."offset" IS NULL THEN f.bounds[5] = 1 END, f.error
+    FROM fetch_v3(p_topics, p_partitions, p_offsets, p_max_records, p_read_committed) f
+    ORDER BY f.idx, f."offset" NULLS FIRST
+$fn$;
+COMMENT ON FUNCTION fetch_v2(p_topics text[], p_partitions integer[], p_offsets bigint[], p_max_records integer, p_read_committed boolean) IS
+  'Fetch many partitions in one snapshot: per partition a ''partition'' row (log start, high watermark, last stable offset, the limit this read stopped at, whether an expired transaction holds it, or an error) then up to p_max_records records. read_committed stops at the last stable offset, skips aborted records, and returns a committed transaction on all the requested partitions or on none. Control records never appear.';
+
+CREATE OR REPLACE FUNCTION fetch_v1(p_topic text, p_partition integer, p_offset bigint, p_max_records integer DEFAULT 500)
+ RETURNS TABLE("offset" bigint, key bytea, value bytea, headers jsonb, "timestamp" timestamp with time zone, producer_id bigint, producer_epoch smallint, sequence integer, high_watermark bigint)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_topic_id integer;
+    v_start bigint;
+    v_end bigint;
+BEGIN
+    -- Access control (revision 0009, docs/acl.md), before any lock or write. While enforcement
+    -- is off this one lookup is all it costs.
+    IF (SELECT acl_settings.enforce FROM acl_settings) THEN
+        PERFORM acl_require_v1('topic', ARRAY[p_topic], 'read');
+    END IF;
+    SELECT pt.topic_id, pt.log_start_offset, pt.next_offset INTO v_topic_id, v_start, v_end
+    FROM partitions pt JOIN topics t USING (topic_id)
+    WHERE t.name = p_topic AND pt.partition = p_partition;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL101',
+            MESSAGE = format('unknown partition %s of topic %L', p_partition, p_topic);
+    END IF;
+    IF p_offset IS NULL OR p_offset < v_start OR p_offset > v_end THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL108',
+            MESSAGE = format('offset %s is outside %s-%s: the log holds [%s, %s)', p_offset, p_topic, p_partition, v_start, v_end);
+    END IF;
+    IF p_max_records IS NULL OR p_max_records < 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000', MESSAGE = 'max records must be at least 1';
+    END IF;
+    -- Control records are never returned; offsets skip them, as in Kafka.
+    RETURN QUERY
+    SELECT r."offset", r.key, r.value, r.headers, r."timestamp", r.producer_id, r.producer_epoch, r.sequence, v_end
+    FROM records r
+    WHERE r.topic_id = v_topic_id AND r.partition = p_partition
+      AND r."offset" >= p_offset AND r."offset" < v_end AND r.control_type IS NULL
+    ORDER BY r."offset"
+    LIMIT p_max_records;
+END
+$fn$;
+COMMENT ON FUNCTION fetch_v1(p_topic text, p_partition integer, p_offset bigint, p_max_records integer) IS
+  'Fetch (read_uncommitted): up to p_max_records data records from p_offset below the high watermark; OL108 if the offset is outside the log. Each row repeats the high watermark.';
+
+CREATE OR REPLACE FUNCTION read_limits_v1(p_topics text[], p_partitions integer[], p_starts bigint[], p_limits bigint[])
+ RETURNS TABLE(topic text, partition integer, read_limit bigint)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_ids integer[];
+    v_missing text;
+BEGIN
+    IF cardinality(p_topics) IS DISTINCT FROM cardinality(p_partitions)
+       OR cardinality(p_topics) IS DISTINCT FROM cardinality(p_starts)
+       OR cardinality(p_topics) IS DISTINCT FROM cardinality(p_limits) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000', MESSAGE = 'topics, partitions, starts and limits differ in length';
+    END IF;
+    -- Access control (docs/acl.md), as in the protocol functions: one lookup while it is off.
+    IF (SELECT acl_settings.enforce FROM acl_settings) THEN
+        PERFORM acl_require_v1('topic', p_topics, 'read');
+    END IF;
+    SELECT x.name INTO v_missing
+    FROM unnest(p_topics, p_starts, p_limits) AS x(name, start, lim)
+    WHERE x.start IS NULL OR x.lim IS NULL OR x.start < 0 OR x.lim < x.start
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000',
+            MESSAGE = format('a range of topic %L is not 0 <= start <= limit', v_missing);
+    END IF;
+    SELECT format('%s-%s', x.name, x.part) INTO v_missing
+    FROM unnest(p_topics, p_partitions) AS x(name, part)
+    WHERE NOT EXISTS (SELECT 1 FROM partitions pt JOIN topics t USING (topic_id)
+                      WHERE t.name = x.name AND pt.partition = x.part)
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown partition %s', v_missing);
+    END IF;
+    SELECT array_agg(t.topic_id ORDER BY x.i) INTO v_ids
+    FROM unnest(p_topics) WITH ORDINALITY AS x(name, i) JOIN topics t ON t.name = x.name;
+    -- The limits are caps here (each range ends at its limit), hence limits passed as scan ends too.
+    RETURN QUERY
+    SELECT x.name, x.part, x.lim
+    FROM unnest(p_topics, p_partitions,
+                consistent_limits_v1(v_ids, p_partitions, p_starts, p_limits, p_limits)) AS x(name, part, lim);
+END
+$fn$;
+COMMENT ON FUNCTION read_limits_v1(p_topics text[], p_partitions integer[], p_starts bigint[], p_limits bigint[]) IS
+  'For ranges [start, limit) of partitions, limits are last stable offsets or below: the limits under which every committed transaction in them is read on all of these partitions or on none (planned reads, e.g. Spark). Needs topic READ when ACLs are enforced.';

@@ -1,0 +1,186 @@
+-- Topics and partitions: CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs,
+-- and the triggers' functions that keep records and partitions consistent.
+
+CREATE OR REPLACE FUNCTION create_topic_v1(p_name text, p_partitions integer, p_config jsonb DEFAULT '{}'::jsonb)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_config jsonb := topic_config_v1(p_config);
+    v_topic_id integer;
+BEGIN
+    IF p_name IS NULL OR p_name !~ '^[A-Za-z0-9._-]{1,249}$' OR p_name IN ('.', '..') THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL103',
+            MESSAGE = format('invalid topic name %L: use letters, digits, ''.'', ''_'', ''-'' (1 to 249 characters)', p_name);
+    END IF;
+    IF p_partitions IS NULL OR p_partitions < 1 OR p_partitions > 100000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL104',
+            MESSAGE = format('a topic needs 1 to 100000 partitions, not %s', p_partitions);
+    END IF;
+    INSERT INTO topics (name, max_message_bytes, retention_ms, retention_bytes, message_timestamp_after_max_ms)
+    VALUES (p_name,
+            coalesce((v_config ->> 'max_message_bytes')::integer, 1048588),
+            (v_config ->> 'retention_ms')::bigint,
+            (v_config ->> 'retention_bytes')::bigint,
+            coalesce((v_config ->> 'message_timestamp_after_max_ms')::bigint, 3600000))
+    ON CONFLICT (name) DO NOTHING
+    RETURNING topic_id INTO v_topic_id;
+    IF v_topic_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL102', MESSAGE = format('topic %L already exists', p_name);
+    END IF;
+    INSERT INTO partitions (topic_id, partition)
+    SELECT v_topic_id, p FROM generate_series(0, p_partitions - 1) AS p;
+    RETURN v_topic_id;
+END
+$fn$;
+COMMENT ON FUNCTION create_topic_v1(p_name text, p_partitions integer, p_config jsonb) IS
+  'CreateTopics: a topic with p_partitions partitions and a config object; OL102 if it exists, OL103/OL104/OL001 on bad input.';
+
+CREATE OR REPLACE FUNCTION delete_topic_v1(p_name text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $fn$
+BEGIN
+    -- The cascade removes partitions, records, sequence state and offsets of the topic.
+    DELETE FROM topics WHERE name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown topic %L', p_name);
+    END IF;
+END
+$fn$;
+COMMENT ON FUNCTION delete_topic_v1(p_name text) IS
+  'DeleteTopics: removes the topic with its partitions and records.';
+
+CREATE OR REPLACE FUNCTION create_partitions_v1(p_name text, p_total integer)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_topic_id integer;
+    v_count integer;
+BEGIN
+    -- The topic row is locked so two concurrent increases cannot both insert the same partitions.
+    SELECT topic_id INTO v_topic_id FROM topics WHERE name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown topic %L', p_name);
+    END IF;
+    SELECT count(*) INTO v_count FROM partitions WHERE topic_id = v_topic_id;
+    IF p_total IS NULL OR p_total <= v_count OR p_total > 100000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL104',
+            MESSAGE = format('topic %L has %s partitions; the new total must be larger (and at most 100000), not %s',
+                             p_name, v_count, p_total);
+    END IF;
+    INSERT INTO partitions (topic_id, partition)
+    SELECT v_topic_id, p FROM generate_series(v_count, p_total - 1) AS p;
+END
+$fn$;
+COMMENT ON FUNCTION create_partitions_v1(p_name text, p_total integer) IS
+  'CreatePartitions: raises the partition count of a topic to p_total (it can only grow).';
+
+CREATE OR REPLACE FUNCTION alter_topic_config_v1(p_name text, p_config jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_config jsonb := topic_config_v1(p_config);
+BEGIN
+    UPDATE topics SET
+        max_message_bytes = CASE WHEN v_config ? 'max_message_bytes'
+                                 THEN coalesce((v_config ->> 'max_message_bytes')::integer, 1048588)
+                                 ELSE max_message_bytes END,
+        retention_ms = CASE WHEN v_config ? 'retention_ms' THEN (v_config ->> 'retention_ms')::bigint
+                            ELSE retention_ms END,
+        retention_bytes = CASE WHEN v_config ? 'retention_bytes' THEN (v_config ->> 'retention_bytes')::bigint
+                               ELSE retention_bytes END,
+        message_timestamp_after_max_ms = CASE WHEN v_config ? 'message_timestamp_after_max_ms'
+                                              THEN coalesce((v_config ->> 'message_timestamp_after_max_ms')::bigint, 3600000)
+                                              ELSE message_timestamp_after_max_ms END
+    WHERE name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown topic %L', p_name);
+    END IF;
+END
+$fn$;
+COMMENT ON FUNCTION alter_topic_config_v1(p_name text, p_config jsonb) IS
+  'IncrementalAlterConfigs: sets the keys present in p_config (a JSON null resets to default / no limit).';
+
+CREATE OR REPLACE FUNCTION topic_config_v1(p_config jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    k text;
+    v jsonb;
+BEGIN
+    IF p_config IS NULL THEN
+        RETURN '{}'::jsonb;
+    END IF;
+    IF jsonb_typeof(p_config) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL001', MESSAGE = 'topic config must be a JSON object';
+    END IF;
+    FOR k, v IN SELECT * FROM jsonb_each(p_config) LOOP
+        IF k NOT IN ('max_message_bytes', 'retention_ms', 'retention_bytes', 'message_timestamp_after_max_ms') THEN
+            RAISE EXCEPTION USING ERRCODE = 'OL001',
+                MESSAGE = format('unknown topic config %L (known: max_message_bytes, retention_ms, retention_bytes, '
+                                 'message_timestamp_after_max_ms)', k);
+        END IF;
+        IF jsonb_typeof(v) = 'null' THEN
+            CONTINUE;
+        END IF;
+        IF jsonb_typeof(v) <> 'number' OR v::text !~ '^[0-9]+$' OR v::numeric <= 0
+           OR (k = 'max_message_bytes' AND v::numeric > 2147483647)
+           OR v::numeric > 9223372036854775807 THEN
+            RAISE EXCEPTION USING ERRCODE = 'OL001',
+                MESSAGE = format('topic config %s must be a positive integer, not %s', k, v);
+        END IF;
+    END LOOP;
+    RETURN p_config;
+END
+$fn$;
+COMMENT ON FUNCTION topic_config_v1(p_config jsonb) IS
+  'Validates a topic configuration object (max_message_bytes, retention_ms, retention_bytes, message_timestamp_after_max_ms); raises OL001.';
+
+CREATE OR REPLACE FUNCTION records_partition_check_v1()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_missing text;
+BEGIN
+    SELECT format('(%s, %s)', n.topic_id, n.partition) INTO v_missing
+    FROM (SELECT DISTINCT topic_id, partition FROM new_records) n
+    WHERE NOT EXISTS (SELECT 1 FROM partitions p WHERE p.topic_id = n.topic_id AND p.partition = n.partition)
+    LIMIT 1;
+    IF v_missing IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
+            MESSAGE = format('records for partition %s, which does not exist', v_missing);
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+COMMENT ON FUNCTION records_partition_check_v1() IS
+  'Trigger: every inserted record belongs to an existing partition (checked once per statement).';
+
+CREATE OR REPLACE FUNCTION partitions_delete_records_v1()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+AS $fn$
+BEGIN
+    DELETE FROM records r USING gone g WHERE r.topic_id = g.topic_id AND r.partition = g.partition;
+    RETURN NULL;
+END
+$fn$;
+COMMENT ON FUNCTION partitions_delete_records_v1() IS
+  'Trigger: deleting partitions deletes their records (once per statement).';

@@ -1,0 +1,149 @@
+-- The reader views. Each is a security barrier over its query, filtered by the caller's ACLs while
+-- enforcement is on (the sub-select on the left is an InitPlan: evaluated once per query, it
+-- spares every row the call while enforcement is off). Same columns in the same order as the
+-- query, so dependent views and comments stay.
+
+CREATE OR REPLACE VIEW partition_offsets WITH (security_barrier) AS
+SELECT * FROM (
+SELECT t.name AS topic, p.partition, p.log_start_offset, p.next_offset AS high_watermark,
+       least(p.next_offset, o.first_open_offset) AS last_stable_offset,
+       coalesce(o.open_transactions, 0) AS open_transactions, p.log_bytes, p.topic_id
+FROM partitions p
+JOIN topics t USING (topic_id)
+LEFT JOIN LATERAL (
+    SELECT min(x.first_offset) AS first_open_offset, count(*) AS open_transactions
+    FROM txn_partitions x JOIN transactions tx USING (transactional_id)
+    WHERE x.topic_id = p.topic_id AND x.partition = p.partition AND x.first_offset IS NOT NULL
+      AND tx.state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort')
+) o ON true
+) v
+WHERE (SELECT NOT acl_settings.enforce FROM acl_settings) OR (acl_allowed_v1('topic', v.topic, 'describe'));
+COMMENT ON VIEW partition_offsets IS
+  'Per partition: log start offset, high watermark, last stable offset (read_committed readers stop there) and how many open transactions have written to it.';
+COMMENT ON COLUMN partition_offsets.topic IS 'The topic name.';
+COMMENT ON COLUMN partition_offsets.partition IS 'The partition number.';
+COMMENT ON COLUMN partition_offsets.log_start_offset IS 'The first offset still in the log.';
+COMMENT ON COLUMN partition_offsets.high_watermark IS 'The offset the next record will get (read_uncommitted readers stop here).';
+COMMENT ON COLUMN partition_offsets.last_stable_offset IS 'The first offset of the oldest open transaction, else the high watermark.';
+COMMENT ON COLUMN partition_offsets.open_transactions IS 'Open transactions that have written to this partition.';
+COMMENT ON COLUMN partition_offsets.log_bytes IS 'Bytes of keys, values and headers in the log.';
+COMMENT ON COLUMN partition_offsets.topic_id IS 'The topic''s id (for joins).';
+
+CREATE OR REPLACE VIEW committed_records WITH (security_barrier) AS
+SELECT * FROM (
+SELECT o.topic, r.partition, r."offset", r.key, r.value, r.headers, r."timestamp", r.producer_id
+FROM records r
+JOIN partition_offsets o ON o.topic_id = r.topic_id AND o.partition = r.partition
+WHERE r.control_type IS NULL AND NOT r.aborted AND r."offset" < o.last_stable_offset
+  AND r."offset" >= o.log_start_offset
+) v
+WHERE (SELECT NOT acl_settings.enforce FROM acl_settings) OR (acl_allowed_v1('topic', v.topic, 'read'));
+COMMENT ON VIEW committed_records IS
+  'read_committed: data records below each partition''s last stable offset that are not from an aborted transaction; never control records. Records here are decided and do not change (until retention).';
+COMMENT ON COLUMN committed_records.topic IS 'The topic name.';
+COMMENT ON COLUMN committed_records.partition IS 'The partition number.';
+COMMENT ON COLUMN committed_records."offset" IS 'The record''s offset.';
+COMMENT ON COLUMN committed_records.key IS 'The record key.';
+COMMENT ON COLUMN committed_records.value IS 'The record value.';
+COMMENT ON COLUMN committed_records.headers IS 'Headers as a JSON array of {"key", "value": base64}.';
+COMMENT ON COLUMN committed_records."timestamp" IS 'The record timestamp.';
+COMMENT ON COLUMN committed_records.producer_id IS 'The producer that wrote it.';
+
+CREATE OR REPLACE VIEW transaction_status WITH (security_barrier) AS
+SELECT * FROM (
+SELECT x.transactional_id, x.state, x.producer_id, p.epoch AS producer_epoch, x.txn_number, x.timeout_ms,
+       x.txn_started_at, now() - x.txn_started_at AS age,
+       coalesce(x.txn_started_at + make_interval(secs => x.timeout_ms / 1000.0) < now(), false) AS expired,
+       coalesce((SELECT array_agg(format('%s-%s@%s', t.name, tp.partition, coalesce(tp.first_offset::text, '-'))
+                                  ORDER BY t.name, tp.partition)
+                 FROM txn_partitions tp JOIN topics t USING (topic_id)
+                 WHERE tp.transactional_id = x.transactional_id), '{}') AS partitions,
+       x.updated_at
+FROM transactions x JOIN producers p ON p.producer_id = x.producer_id
+) v
+WHERE (SELECT NOT acl_settings.enforce FROM acl_settings) OR (acl_allowed_v1('transactional_id', v.transactional_id, 'describe'));
+COMMENT ON VIEW transaction_status IS
+  'The coordinator state of every transactional id: state, producer id and epoch, the open transaction''s age, whether it exceeded its timeout, and its partitions (topic-partition@first offset).';
+COMMENT ON COLUMN transaction_status.transactional_id IS 'The transactional id.';
+COMMENT ON COLUMN transaction_status.state IS 'Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort or Dead.';
+COMMENT ON COLUMN transaction_status.producer_id IS 'The producer id serving it.';
+COMMENT ON COLUMN transaction_status.producer_epoch IS 'The current epoch (older epochs are fenced).';
+COMMENT ON COLUMN transaction_status.txn_number IS 'The number of the last transaction opened.';
+COMMENT ON COLUMN transaction_status.timeout_ms IS 'The transaction timeout.';
+COMMENT ON COLUMN transaction_status.txn_started_at IS 'When the open transaction started.';
+COMMENT ON COLUMN transaction_status.age IS 'How long the open transaction has been open.';
+COMMENT ON COLUMN transaction_status.expired IS 'Open past its timeout (the next reader or maintenance aborts it).';
+COMMENT ON COLUMN transaction_status.partitions IS 'Partitions of the open transaction, as topic-partition@first offset.';
+COMMENT ON COLUMN transaction_status.updated_at IS 'When the state last changed.';
+
+CREATE OR REPLACE VIEW group_status WITH (security_barrier) AS
+SELECT * FROM (
+SELECT g.group_id, g.state, g.generation, g.assignor, m.member_id, m.group_instance_id, m.client_id,
+       m.subscription, m.last_heartbeat_at,
+       m.last_heartbeat_at + make_interval(secs => m.session_timeout_ms / 1000.0) < now() AS expired,
+       (SELECT array_agg(format('%s-%s', t.name, a.partition) ORDER BY t.name, a.partition)
+        FROM member_assignments a JOIN topics t USING (topic_id)
+        WHERE a.group_id = g.group_id AND a.member_id = m.member_id) AS assignment
+FROM groups g LEFT JOIN group_members m USING (group_id)
+) v
+WHERE (SELECT NOT acl_settings.enforce FROM acl_settings) OR (acl_allowed_v1('group', v.group_id, 'describe'));
+COMMENT ON VIEW group_status IS
+  'Consumer groups with their state, generation, members and each member''s assignment.';
+COMMENT ON COLUMN group_status.group_id IS 'The group id.';
+COMMENT ON COLUMN group_status.state IS 'Empty or Stable (the store assigns partitions in the same transaction as the membership change).';
+COMMENT ON COLUMN group_status.generation IS 'The current generation.';
+COMMENT ON COLUMN group_status.assignor IS 'range or roundrobin.';
+COMMENT ON COLUMN group_status.member_id IS 'A member (NULL for a group with none).';
+COMMENT ON COLUMN group_status.group_instance_id IS 'The member''s static instance id, if any.';
+COMMENT ON COLUMN group_status.client_id IS 'The member''s client id.';
+COMMENT ON COLUMN group_status.subscription IS 'Topics the member subscribed to.';
+COMMENT ON COLUMN group_status.last_heartbeat_at IS 'The member''s last heartbeat.';
+COMMENT ON COLUMN group_status.expired IS 'Silent past its session timeout (removed at the next group call).';
+COMMENT ON COLUMN group_status.assignment IS 'Partitions assigned to the member, as topic-partition.';
+
+CREATE OR REPLACE VIEW group_offsets WITH (security_barrier) AS
+SELECT * FROM (
+SELECT c.group_id, o.topic, c.partition, c.committed_offset, c.metadata, c.committed_at,
+       o.high_watermark, o.last_stable_offset,
+       greatest(o.high_watermark - c.committed_offset, 0) AS lag,
+       greatest(o.last_stable_offset - c.committed_offset, 0) AS lag_committed,
+       c.producer_id AS committed_by_producer_id
+FROM committed_offsets c
+JOIN partition_offsets o ON o.topic_id = c.topic_id AND o.partition = c.partition
+) v
+WHERE (SELECT NOT acl_settings.enforce FROM acl_settings) OR (acl_allowed_v1('group', v.group_id, 'describe') AND acl_allowed_v1('topic', v.topic, 'describe'));
+COMMENT ON VIEW group_offsets IS
+  'Committed offsets of every group, with lag against the high watermark and against the last stable offset (what a read_committed consumer can still read).';
+COMMENT ON COLUMN group_offsets.group_id IS 'The group id.';
+COMMENT ON COLUMN group_offsets.topic IS 'The topic.';
+COMMENT ON COLUMN group_offsets.partition IS 'The partition.';
+COMMENT ON COLUMN group_offsets.committed_offset IS 'The next offset the group will read.';
+COMMENT ON COLUMN group_offsets.metadata IS 'Commit metadata.';
+COMMENT ON COLUMN group_offsets.committed_at IS 'When the offset was committed.';
+COMMENT ON COLUMN group_offsets.high_watermark IS 'The partition''s high watermark.';
+COMMENT ON COLUMN group_offsets.last_stable_offset IS 'The partition''s last stable offset.';
+COMMENT ON COLUMN group_offsets.lag IS 'high watermark - committed offset.';
+COMMENT ON COLUMN group_offsets.lag_committed IS 'last stable offset - committed offset (read_committed lag).';
+COMMENT ON COLUMN group_offsets.committed_by_producer_id IS 'The transactional producer whose commit wrote it (NULL: a plain commit).';
+
+CREATE OR REPLACE VIEW pending_group_offsets WITH (security_barrier) AS
+SELECT * FROM (
+SELECT po.group_id, t.name AS topic, po.partition, po.committed_offset, po.transactional_id, po.producer_id,
+       po.generation, po.member_id, tx.state AS transaction_state, tx.txn_started_at
+FROM pending_offsets po
+JOIN topics t USING (topic_id)
+JOIN transactions tx USING (transactional_id)
+) v
+WHERE (SELECT NOT acl_settings.enforce FROM acl_settings) OR (acl_allowed_v1('group', v.group_id, 'describe') AND acl_allowed_v1('topic', v.topic, 'describe'));
+COMMENT ON VIEW pending_group_offsets IS
+  'Offsets committed inside still-open transactions (KIP-447), with the transaction holding them: a consumer asking for stable offsets waits until that transaction ends.';
+COMMENT ON COLUMN pending_group_offsets.group_id IS 'The group id.';
+COMMENT ON COLUMN pending_group_offsets.topic IS 'The topic.';
+COMMENT ON COLUMN pending_group_offsets.partition IS 'The partition.';
+COMMENT ON COLUMN pending_group_offsets.committed_offset IS 'The offset the transaction''s commit would apply.';
+COMMENT ON COLUMN pending_group_offsets.transactional_id IS 'The transaction holding it.';
+COMMENT ON COLUMN pending_group_offsets.producer_id IS 'The transactional producer.';
+COMMENT ON COLUMN pending_group_offsets.generation IS 'The group generation it was committed in.';
+COMMENT ON COLUMN pending_group_offsets.member_id IS 'The member that committed it.';
+COMMENT ON COLUMN pending_group_offsets.transaction_state IS 'The state of that transaction.';
+COMMENT ON COLUMN pending_group_offsets.txn_started_at IS 'When that transaction started.';
