@@ -47,6 +47,13 @@ def head() -> str:
     return rev
 
 
+def revisions() -> list[str]:
+    """Every shipped revision, from the first to the head."""
+    config = Config()
+    config.set_main_option("script_location", SCRIPT_LOCATION)
+    return [script.revision for script in reversed(list(ScriptDirectory.from_config(config).walk_revisions()))]
+
+
 def upgrade(engine: sa.Engine, *, schema: str = DEFAULT_SCHEMA, revision: str = "head") -> None:
     """Migrate ``schema`` up to ``revision``, in one transaction."""
     with engine.begin() as conn:

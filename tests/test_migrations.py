@@ -5,15 +5,18 @@ from __future__ import annotations
 import itertools
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
+from oncelog import migrations as migrations_package
 from oncelog.errors import SchemaNotReadyError
 from oncelog.store import create_engine, log, migrate, topics, txn
 from oncelog.store.migrate import SchemaDriftError
 from oncelog.store.records import RecordIn
 from oncelog.store.schema import metadata
+from tests.support.catalogue import catalogue, differences
 
 
 def _objects(conn: sa.Connection, schema: str) -> dict[str, set[str]]:
@@ -371,41 +374,41 @@ def test_fetch_rewrites_answer_every_fetch_as_before_and_downgrade_exactly(
         engine.dispose()
 
 
-def test_0017_downgrades_to_exactly_0016(empty_db_url: str) -> None:
-    """Revision 0017 (hardening) replaces a dozen functions and swaps the maintenance functions for
-    versions without a time argument; its downgrade restores every function of 0016 with its body,
-    comment and grants, and every column."""
+def test_every_revision_downgrades_to_exactly_the_state_before_it(empty_db_url: str) -> None:
+    """Each revision, upgraded and then downgraded, leaves the catalogue exactly as it found it:
+    every function's definition, comment and grants, every column, constraint, index, view,
+    trigger and policy (tests.support.catalogue). Its frozen SQL also names no other schema."""
     engine = create_engine(empty_db_url)
-
-    def state() -> tuple[dict[str, str], set[tuple[str, str]]]:
-        with engine.connect() as conn:
-            functions = dict(
-                conn.exec_driver_sql(
-                    "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid) "
-                    "|| coalesce(obj_description(p.oid, 'pg_proc'), '') || coalesce(p.proacl::text, '') "
-                    "FROM pg_proc p WHERE pronamespace = 'oncelog'::regnamespace AND p.prokind = 'f'"
-                ).all()
-            )
-            columns = {
-                (r[0], r[1])
-                for r in conn.exec_driver_sql(
-                    "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'oncelog'"
-                ).all()
-            }
-        return functions, columns
-
+    revisions = migrate.revisions()
+    assert revisions[0] == "0001" and revisions[-1] == migrate.head()
     try:
-        migrate.upgrade(engine, revision="0016")
-        before = state()
-        migrate.upgrade(engine, revision="0017")
-        after = state()
-        assert "expire_transactions_v2()" in after[0] and "expire_transactions_v1" not in str(after[0].keys())
-        assert ("producers", "owner") in after[1]
-        migrate.downgrade(engine, revision="0016")
-        restored = state()
-        assert restored[1] == before[1]
-        assert restored[0].keys() == before[0].keys()
-        for name, definition in before[0].items():
-            assert restored[0][name] == definition, name
+        for revision in revisions:
+            with engine.connect() as conn:
+                before = catalogue(conn)
+            migrate.upgrade(engine, revision=revision)
+            with engine.connect() as conn:
+                after = catalogue(conn)
+            assert differences(before, after), f"revision {revision} installs nothing"
+            migrate.downgrade(engine, revision="-1")
+            with engine.connect() as conn:
+                assert differences(before, catalogue(conn)) == [], f"downgrade of {revision}"
+            migrate.upgrade(engine, revision=revision)
+        assert migrate.current(engine) == migrate.head()
     finally:
         engine.dispose()
+
+
+def test_revisions_are_frozen_sql() -> None:
+    """A revision applies its own frozen SQL files and nothing else: it imports no other revision
+    and holds no SQL text of its own (migrations/frozen.py)."""
+    versions = Path(migrations_package.__file__).parent / "versions"
+    modules = sorted(versions.glob("0*.py"))
+    assert modules
+    for module in modules:
+        source = module.read_text()
+        assert "importlib" not in source and "oncelog.migrations.versions" not in source, module.name
+        assert "CREATE " not in source.split('"""', 2)[2], module.name  # no SQL after the docstring
+        for direction in ("up", "down"):
+            frozen_sql = versions / "sql" / f"{module.stem}.{direction}.sql"
+            assert frozen_sql.read_text().strip(), frozen_sql
+            assert f'frozen.apply("{module.stem}", "{direction}", schema)' in source, module.name

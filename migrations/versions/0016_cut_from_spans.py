@@ -22,57 +22,21 @@ the fetch no longer depends on how long the partition is.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
-from types import ModuleType
 
-from alembic import op
+from oncelog.migrations import frozen
 
 revision: str = "0016"
 down_revision: str | None = "0015"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-#: The cut as 0003 wrote it: the torn transactions joined with every record of the range.
-CUT_0003 = """            SELECT min(r."offset") INTO v_cut FROM records r JOIN torn USING (producer_id, txn_number)
-            WHERE r.topic_id = p_topic_ids[i] AND r.partition = p_partitions[i] AND r.is_transactional
-              AND r."offset" >= p_starts[i] AND r."offset" < v_limits[i];"""
-
-CUT_NOW = """            -- Where each starts here: its span's first record or, when it began below this read's
-            -- start, its first record from the start on (one is among the records this read would
-            -- return, so the index scan stops within them). Revision 0016: joining the torn
-            -- transactions with the records of the whole range read every record up to the limit.
-            SELECT min(CASE WHEN s.first_offset >= p_starts[i] THEN s.first_offset ELSE (
-                       SELECT r."offset" FROM records r
-                       WHERE r.topic_id = p_topic_ids[i] AND r.partition = p_partitions[i]
-                         AND r."offset" >= p_starts[i] AND r.is_transactional
-                         AND r.producer_id = t.producer_id AND r.txn_number = t.txn_number
-                       ORDER BY r."offset" LIMIT 1) END) INTO v_cut
-            FROM torn t JOIN txn_spans s
-              ON s.producer_id = t.producer_id AND s.txn_number = t.txn_number
-             AND s.topic_id = p_topic_ids[i] AND s.partition = p_partitions[i];"""
-
-
-def _revision(name: str) -> ModuleType:
-    return importlib.import_module(f"oncelog.migrations.versions.{name}")
-
-
-def _as_of_0014() -> str:
-    return str(_revision("0014_txn_spans").consistent_limits_as_of_0014())
-
-
-def _now() -> str:
-    text = _as_of_0014()
-    if text.count(CUT_0003) != 1:
-        raise RuntimeError("consistent_limits_v1 of revision 0014 is not the text this migration rewrites")
-    return text.replace(CUT_0003, CUT_NOW)
-
 
 def upgrade(schema: str) -> None:
     """Replace consistent_limits_v1's body (same signature: grants and comment stay)."""
-    op.execute(_now())
+    frozen.apply("0016_cut_from_spans", "up", schema)
 
 
 def downgrade(schema: str) -> None:
     """Restore the body of revision 0014."""
-    op.execute(_as_of_0014())
+    frozen.apply("0016_cut_from_spans", "down", schema)
