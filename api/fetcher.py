@@ -6,12 +6,12 @@ a poll returns records, the fetch from where they end runs on a worker thread (i
 server releases the GIL) while the application processes them. The next poll takes that answer
 if it asks for exactly what was read ahead (same positions, same partitions, same isolation),
 and otherwise waits it out and reads afresh: a seek, a pause or a rebalance costs one wasted
-fetch. Measured (bench read log, 500 records per poll): with 2 ms of work per poll a consumer
-reads 189k records/s instead of 94k; with none, the same as without the read ahead. The price is
-freshness: an answer read ahead misses what was committed while the application worked, so a
-record can wait one more poll. In the consume-transform-produce bench (1 member) that raised the
-produce-to-visible latency p50 / p99 from 18.6 / 48.3 ms to 26.8 / 78.2 ms, at the same
-throughput; hence the Consumer's ``read_ahead`` is off by default.
+fetch. A consumer that works between polls reads faster; one that does not gains nothing. The
+price is freshness: an answer read ahead misses what was committed while the application worked,
+so a record can wait one more poll, and the consume-transform-produce pipeline's
+produce-to-visible latency rises at the same throughput; hence the Consumer's ``read_ahead`` is
+off by default. Both effects were measured once, when the read ahead was added (bench/run does not
+repeat them); docs/guide-consumer.md gives the figures.
 
 The connection is used by one thread at a time: the worker while a read ahead is in flight,
 the caller's thread otherwise (every caller-side use waits for the read ahead first).

@@ -39,8 +39,8 @@ class RecordMetadata:
 class ConsumerRecord(NamedTuple):
     """A record returned by :meth:`oncelog.Consumer.poll` (keys and values deserialized).
 
-    A named tuple, as in kafka-python: poll() builds one per record, and a tuple costs a fifth of
-    a frozen dataclass to build (bench.transactions, read cases).
+    A named tuple, as in kafka-python: poll() builds one per record, and a tuple is much cheaper
+    to build than a frozen dataclass (the read rates this serves: docs/bench/report.md).
     """
 
     topic: str

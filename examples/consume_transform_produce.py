@@ -1,5 +1,5 @@
-"""The seeds' exactly-once loop: consume, transform, produce, and commit the input offsets in the
-same transaction as the output (KIP-447).
+"""Kafka's exactly-once loop: consume, transform, produce, and commit the input offsets in the
+same transaction as the output (KIP-98's consume-transform-produce, with KIP-447's group metadata).
 
 Run several copies with the same group: each input record's transformed copy lands in the output
 topic exactly once, while members come, go and crash.

@@ -226,8 +226,8 @@ def fetch_many_tagged(
 ) -> dict[tuple[str, int], PartitionFetch[R]]:
     """:func:`fetch_many`, building each record as ``record_type``: a named tuple whose fields
     start (topic, partition, offset, key, value, headers, timestamp, producer_id), like Kafka's
-    ConsumerRecord. A consumer then builds each record once instead of twice (a third of its
-    per-record cost, bench.transactions read cases)."""
+    ConsumerRecord. A consumer then builds each record once instead of twice, a large part of its
+    per-record cost (Consumer.poll against store.log.fetch_many: docs/bench/report.md, "Read rates")."""
     return _fetch_many(conn, positions, max_records, read_committed, record_type, tagged=True)
 
 
@@ -249,7 +249,8 @@ def _fetch_many(
         "read_committed": read_committed,
     }
     # The hot read path talks to psycopg directly: a binary, prepared statement and plain tuples
-    # cost a third of what SQLAlchemy rows in text format do (bench.transactions, read cases).
+    # cost far less than SQLAlchemy rows in text format (bench/transactions.py's read cases;
+    # docs/bench/report.md, "Read rates", has the binary and text-format baselines).
     # The statement runs inside whatever transaction ``conn`` is in, like every store call.
     with mapped_errors(), conn.connection.dbapi_connection.cursor(binary=True) as cur:  # type: ignore[union-attr]
         cur.execute(_FETCH, params, prepare=True)
@@ -262,7 +263,7 @@ def _fetch_many(
     out: dict[tuple[str, int], PartitionFetch[Any]] = {}
     append = None
     prefix: tuple[Any, ...] = ()
-    # tuple.__new__ straight into the named tuple: a third of what calling its class costs, and
+    # tuple.__new__ straight into the named tuple: far cheaper than calling its class, and
     # this loop runs once per record read.
     new = tuple.__new__
     for idx, offset, key, value, headers, timestamp, producer_id, epoch, sequence, bounds, error in rows:

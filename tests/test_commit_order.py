@@ -1,7 +1,7 @@
 """Commit order equals offset order: a reader tailing a partition never sees offset N+1 while N
 is missing, however many writers append to that partition at once.
 
-produce_v1 takes the partition row lock, assigns offsets under it and holds it to commit. If it
+produce_v2 takes the partition row lock, assigns offsets under it and holds it to commit. If it
 did not (offsets from a sequence, say), a writer that took N could commit after one that took N+1,
 and a reader would skip N for ever. Here several writers (threads, then separate processes, then
 Producers) append many small batches concurrently to the same partitions, while tailing readers

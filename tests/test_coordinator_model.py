@@ -1,6 +1,6 @@
 """The transaction coordinator against a model: random operation sequences, store vs. pure Python.
 
-The model is the coordinator of kafka-eos-rules.md (rules 11-21, 25-28 and the state machine) with
+The model is Kafka's coordinator (rules 11-21 and 25-28 of docs/concepts.md, and its state machine) with
 oncelog's documented choices (every call names its transaction number; InitProducerId on an open
 transaction fences and aborts it in one step; a KIP-360 retry, or the holder of an epoch fenced by a
 timeout, gets the current identity; a partition written to is added implicitly; EndTxn of a

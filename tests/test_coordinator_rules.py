@@ -1,6 +1,6 @@
 """The transaction coordinator's rules, one test per rule or scenario, at the store seam.
 
-Rules 11-21 and 25-28 and scenarios 6, 8, 9, 13, 16, 17, 21, 22 and 25 of kafka-eos-rules.md, through
+Rules 11-21 and 25-28 and scenarios 6, 8, 9, 13, 16, 17, 21, 22 and 25 (as numbered in docs/concepts.md), through
 ``oncelog.store.txn`` / ``oncelog.store.log`` on an autocommit connection (each call is one database
 transaction, as a client request would be). Where a test needs a state that cannot be reached
 through the public functions in a test's time, it sets it with SQL and says so:

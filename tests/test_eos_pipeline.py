@@ -1,4 +1,4 @@
-"""The seeds' exactly-once loop end to end: examples/consume_transform_produce.py in several
+"""The exactly-once loop end to end: examples/consume_transform_produce.py in several
 processes of one consumer group, killed, restarted, added and removed while transactions are open.
 
 Modelled on Kafka's transactions system test (copiers killed hard while copying) with consumer
@@ -58,7 +58,7 @@ OPEN_WAIT = 5.0
 #: The plans run (ONCELOG_PIPELINE_SEEDS=1,2,3 to run others, e.g. to replay a failure).
 SEEDS = [int(s) for s in os.environ.get("ONCELOG_PIPELINE_SEEDS", "447").split(",")]
 
-#: Loads the example from its file and runs it, as the seeds' loop would be started.
+#: Loads the example from its file and runs it, as a user would start it.
 BOOT = r"""
 import importlib.util, os, sys
 spec = importlib.util.spec_from_file_location("consume_transform_produce", sys.argv[1])

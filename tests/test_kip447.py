@@ -4,11 +4,12 @@
   transaction ends; a commit makes them the group's committed offsets, an abort drops them.
 * Rule 23: at the transaction's commit, pending offsets replace the committed ones only if they
   were written later; an offset committed (plainly, or by another transaction) after them wins.
-* Rule 24 / scenario 18, the blog's tp-1 story: P2's transaction holds offset 10 for in-1 over the
-  committed 5. P2 crashes (SIGKILL of its process); the group moves in-1 to C1, whose position for
-  it waits (OffsetFetch answers UNSTABLE_OFFSET_COMMIT) until the transaction is aborted by its
-  timeout (C1 itself, as a reader, aborts the expired transaction), then starts from 5. When P2's
-  transaction commits instead (from another thread while C1 waits), C1 starts from 10.
+* Rule 24 / scenario 18, a partition handed over mid-transaction (KIP-447's motivating case): P2's
+  transaction holds offset 10 for in-1 over the committed 5. P2 crashes (SIGKILL of its process);
+  the group moves in-1 to C1, whose position for it waits (OffsetFetch answers
+  UNSTABLE_OFFSET_COMMIT) until the transaction is aborted by its timeout (C1 itself, as a reader,
+  aborts the expired transaction), then starts from 5. When P2's transaction commits instead (from
+  another thread while C1 waits), C1 starts from 10.
 * Scenario 19, the zombie member: offsets sent with group metadata from before a rebalance (old
   generation, removed member, replaced static instance, a partition moved away) are refused; the
   producer gets TransactionAbortableError, can only abort, and then carries on.
@@ -317,7 +318,7 @@ def test_committed_waits_for_a_pending_transaction_read_uncommitted_does_not(url
         assert result == {"value": {TP0: OffsetAndMetadata(6, "")}}
 
 
-# --- scenario 18: the blog's tp-1 story ------------------------------------------------------
+# --- scenario 18: a partition handed over mid-transaction ------------------------------------
 
 
 class Child:
@@ -485,7 +486,7 @@ def test_new_owner_waits_for_the_old_transaction_to_commit_then_starts_from_10(
 
 
 def copy_once(consumer: Consumer, producer: Producer) -> int:
-    """One iteration of the seeds' loop (as in examples/consume_transform_produce.py)."""
+    """One iteration of the consume-transform-produce loop of examples/consume_transform_produce.py."""
     records = consumer.poll(0.2)
     if not records:
         return 0

@@ -1,6 +1,6 @@
 """The idempotent producer's rules and the log's maintenance, at the store seam.
 
-Each test names the rule it checks (kafka-eos-rules.md, rules 1-10 and scenarios 1-5 and 8). Every
+Each test names the rule it checks (docs/concepts.md's numbering: rules 1-10, scenarios 1-5 and 8). Every
 call goes through ``oncelog.store.log`` / ``oncelog.store.topics`` on an autocommit connection, so
 each call is one transaction, as a client's request would be. Where a state cannot be reached
 through the public functions in a test's time (a sequence near 2**31, an epoch near 32767, a

@@ -319,7 +319,7 @@ def test_retry_arriving_while_original_still_runs_on_server_lands_once(
         open_producer(proxied_url, linger_ms=0) as p,
     ):
         p.send("t", b"r0", partition=0).result(RESULT_TIMEOUT)
-        # Hold partition 0's row lock: produce_v1 will wait for it inside the server.
+        # Hold partition 0's row lock: produce_v2 will wait for it inside the server.
         blocker.execute(
             "SELECT 1 FROM oncelog.partitions pt JOIN oncelog.topics t USING (topic_id) "
             "WHERE t.name = 't' AND pt.partition = 0 FOR UPDATE OF pt"

@@ -1,6 +1,6 @@
 """The idempotent producer against a model: random operation sequences, store vs. a pure-Python model.
 
-The model is the rules as kafka-eos-rules.md states them (1-5, 9 and 12 for ids without a
+The model is Kafka's rules as docs/concepts.md numbers them (1-5, 9 and 12 for ids without a
 transactional id), written independently of the SQL: per producer id its current and previous
 epoch; per (producer id, partition) the epoch and the last five batches; per partition the log.
 Two client slots (producers) write to two partitions. Every operation's reply from the store

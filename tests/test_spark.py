@@ -107,7 +107,7 @@ def row_tuples(rows: list[Any]) -> list[tuple[Any, ...]]:
 
 def committed_in_store(conn: sa.Connection, topic: str, partitions: int) -> dict[tuple[int, int], Any]:
     """The committed records of ``topic`` per (partition, offset), read by the store itself
-    (``fetch_v2`` in one snapshot): the oracle for what Spark must return."""
+    (``fetch_v3`` in one snapshot): the oracle for what Spark must return."""
     got = log.fetch_many(conn, {(topic, p): 0 for p in range(partitions)}, max_records=1_000_000)
     return {(p, r.offset): r for (_, p), part in got.items() for r in part.records}
 

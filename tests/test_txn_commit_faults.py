@@ -1,6 +1,6 @@
 """A connection lost at every step of a transaction's commit: readers see all of it or none of it.
 
-Scenarios 9 and 10/11 of the reference rules. A transactional Producer writes to 3 partitions
+Scenarios 9 and 10/11 (docs/concepts.md). A transactional Producer writes to 3 partitions
 THROUGH the fault-injecting proxy (tests/support/proxy.py); every check is made on a direct
 connection. The proxy's one-shot faults fire on the first traffic after arming from any
 connection, so a fault is armed from inside the store call it is aimed at: the store seam

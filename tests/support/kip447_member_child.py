@@ -1,4 +1,5 @@
-"""P2/C2 of the KIP-447 blog's tp-1 scenario, in a process of its own so it can really crash::
+"""P2/C2 of scenario 18 (docs/concepts.md: a partition handed over mid-transaction, the case KIP-447
+solves), in a process of its own so it can really crash::
 
     ONCELOG_TEST_CHILD_URL=URL python -m tests.support.kip447_member_child GROUP TRANSACTIONAL_ID TXN_TIMEOUT_MS EVENTS
 

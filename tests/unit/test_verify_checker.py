@@ -907,7 +907,7 @@ class Sim:
     def fetch(
         self, positions: dict[tuple[str, int], int], rc: bool, cap: int
     ) -> dict[tuple[str, int], tuple[list[Read], int]]:
-        """fetch_v2: one snapshot over many partitions."""
+        """fetch_v3 (Consumer.poll): one snapshot over many partitions."""
         open_keys = {t.key for t in self.open.values()}
         limits: dict[tuple[str, int], int] = {}
         for tp in positions:
