@@ -22,6 +22,7 @@ from oncelog.cli.context import CliContext
 from oncelog.store.engine import MASK, database_url, redact
 from oncelog.verify.runner import RunConfig
 from oncelog.verify.workloads import ClientPool, ClientSpec, Role
+from tests.support.logcheck import wait_until
 
 SECRET = "pw-4f1e-do-not-show"
 
@@ -176,7 +177,10 @@ def test_verify_clients_get_the_url_on_stdin_not_argv(db_url: str, tmp_path: Pat
     try:
         procs = [c.proc for c in pool._clients.values()]
         assert len(procs) == 1
-        cmdline = Path(f"/proc/{procs[0].pid}/cmdline").read_bytes().decode(errors="replace")
+        proc_cmdline = Path(f"/proc/{procs[0].pid}/cmdline")
+        # Between fork and exec the child's cmdline is still the parent's: wait for the exec.
+        wait_until(lambda: proc_cmdline.read_bytes().endswith(b"rc1\0"), 30, "the client to exec")
+        cmdline = proc_cmdline.read_bytes().decode(errors="replace")
         assert_hidden(cmdline, "the client's command line")
         assert cmdline.split("\0")[-2:] == ["rc1", ""]  # the name only, for ps
         assert pool.wait_started(60), (tmp_path / "logs" / "rc1.log").read_text()[-2000:]
