@@ -8,6 +8,7 @@ once; each test gets a fresh database cloned from it, so tests are isolated and 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -82,3 +83,18 @@ def engine(db_url: str) -> Iterator[sa.Engine]:
     eng = create_engine(db_url)
     yield eng
     eng.dispose()
+
+
+@pytest.fixture
+def durable_server() -> Iterator[EmbeddedPostgres]:
+    """A private, durable cluster of this test's own, migrated: it can be stopped and started
+    again (a crash or a fast shutdown) without touching the session's server."""
+    path = tempfile.mkdtemp(prefix="oncelog-durable-")
+    srv = EmbeddedPostgres(path, durable=True)
+    url = srv.start()
+    eng = create_engine(url)
+    migrate.upgrade(eng)
+    eng.dispose()
+    yield srv
+    srv.destroy()
+    shutil.rmtree(path, ignore_errors=True)

@@ -8,8 +8,6 @@ embedded server is restarted under it; after each, it must log one line and go o
 from __future__ import annotations
 
 import contextlib
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +22,6 @@ from oncelog.admin import Admin
 from oncelog.cli import cli
 from oncelog.cli.coordinator import FIRST_BACKOFF_S, backoff_delay, run_loop
 from oncelog.embedded import EmbeddedPostgres
-from oncelog.store import create_engine, migrate
 from oncelog.store.errors import translate
 from tests.support.logcheck import wait_until
 
@@ -184,28 +181,14 @@ def test_loop_survives_deadlocks_and_serialization_failures(db_url: str, monkeyp
     assert not injected
 
 
-@pytest.fixture
-def restartable() -> Iterator[EmbeddedPostgres]:
-    """A private, durable cluster, migrated (a fast shutdown is then a clean restart)."""
-    path = tempfile.mkdtemp(prefix="oncelog-coordinator-")
-    srv = EmbeddedPostgres(path, durable=True)
-    url = srv.start()
-    engine = create_engine(url)
-    migrate.upgrade(engine)
-    engine.dispose()
-    yield srv
-    srv.destroy()
-    shutil.rmtree(path, ignore_errors=True)
-
-
 @pytest.mark.timeout(240)
-def test_loop_survives_a_server_restart(restartable: EmbeddedPostgres) -> None:
-    url = restartable.url()
+def test_loop_survives_a_server_restart(durable_server: EmbeddedPostgres) -> None:
+    url = durable_server.url()
     with Admin(url, request_timeout_ms=5_000) as admin, Loop(admin, interval=0.2) as loop:
         loop.wait_report(lambda line: line.startswith("aborted"), "a first pass")
-        restartable.stop("fast")
+        durable_server.stop("fast")
         wait_until(lambda: len(loop.warnings) >= 1, 60, "the loop to notice the server is gone")
-        assert restartable.start() == url
+        assert durable_server.start() == url
         seen = len(loop.reports)
         loop.wait_report(lambda line: line.startswith("aborted"), "a pass after the restart", after=seen)
     assert all("retrying in" in w and "\n" not in w for w in loop.warnings), loop.warnings

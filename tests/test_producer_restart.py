@@ -7,36 +7,19 @@ ours to test).
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import threading
-from collections.abc import Iterator
 from concurrent.futures import Future
 
 import pytest
 
 from oncelog import Admin, Consumer, Producer, RecordMetadata, TopicPartition
 from oncelog.embedded import EmbeddedPostgres
-from oncelog.store import create_engine, migrate
-
-
-@pytest.fixture
-def server() -> Iterator[EmbeddedPostgres]:
-    path = tempfile.mkdtemp(prefix="oncelog-restart-")
-    srv = EmbeddedPostgres(path, durable=True)
-    url = srv.start()
-    engine = create_engine(url)
-    migrate.upgrade(engine)
-    engine.dispose()
-    yield srv
-    srv.destroy()
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("mode", ["immediate", "fast"])
-def test_records_survive_a_server_restart(server: EmbeddedPostgres, mode: str) -> None:
-    url = server.url()
+def test_records_survive_a_server_restart(durable_server: EmbeddedPostgres, mode: str) -> None:
+    url = durable_server.url()
     with Admin(url) as admin:
         admin.create_topic("t", partitions=3)
     futures: list[tuple[bytes, Future[RecordMetadata]]] = []
@@ -59,9 +42,9 @@ def test_records_survive_a_server_restart(server: EmbeddedPostgres, mode: str) -
         writer = threading.Thread(target=produce, args=(producer,))
         writer.start()
         assert sent_enough.wait(60)
-        server.stop(mode)
-        assert server.start() == url  # same port, so the producer's URL still works
-        # Keep writing after the restart until enough has gone through the new server.
+        durable_server.stop(mode)
+        assert durable_server.start() == url  # same port, so the producer's URL still works
+        # Keep writing after the restart until enough has gone through the new durable_server.
         while len(futures) < 1500 and writer.is_alive():
             futures[-1][1].exception(timeout=60)
         stop.set()
