@@ -29,8 +29,9 @@ from sqlalchemy.engine import make_url
 from oncelog.embedded import EmbeddedPostgres, find_server_binaries
 from oncelog.errors import ConfigurationError, ServerBinariesNotFoundError
 from oncelog.store import create_engine, migrate
-from oncelog.verify.faults import SERVER_FAULTS, Fault, FaultProxy, plan_faults
+from oncelog.verify.faults import SERVER_FAULTS, Fault, plan_faults
 from oncelog.verify.history import OpType
+from oncelog.verify.proxy import FaultProxy
 from oncelog.verify.runner import RunConfig, RunInfo, RunReport, verify
 from oncelog.verify.workloads import ClientSpec, Role, Workload
 

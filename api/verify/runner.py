@@ -3,7 +3,7 @@
 One run, in order:
 
 1. create the run's topics (names unique to the run) directly on the server;
-2. start a :class:`~oncelog.verify.faults.FaultProxy` in front of the server and the client
+2. start a :class:`~oncelog.verify.proxy.FaultProxy` in front of the server and the client
    processes of the chosen workloads (:mod:`oncelog.verify.workloads`), all connecting through it;
 3. play the nemesis's seeded plan (:mod:`oncelog.verify.faults`) for the configured duration
    (longer if that is what it takes for every chosen fault to fire once), then heal everything;
@@ -50,13 +50,13 @@ from oncelog.verify.faults import (
     SERVER_FAULTS,
     Fault,
     FaultEvent,
-    FaultProxy,
     FaultWindow,
     ManagedServer,
     Nemesis,
     plan_faults,
 )
 from oncelog.verify.history import History, LogEntry, OpType, Read, Write, load_history, tp_key
+from oncelog.verify.proxy import FaultProxy
 from oncelog.verify.workloads import ClientSpec, Role, Workload, running_clients
 
 __all__ = ["RunConfig", "RunInfo", "RunReport", "run", "verify"]
