@@ -37,7 +37,7 @@ from oncelog.client import Client
 from oncelog.metrics import WindowedRate
 from oncelog.partitioner import DefaultPartitioner, Partitioner
 from oncelog.producer_store import DatabaseStore, ProducerStore
-from oncelog.sender import MAX_RESEQUENCE_TRIES, Sender, SenderMetrics, fail_batch
+from oncelog.sender import Sender, SenderMetrics, fail_batch
 from oncelog.serde import Serializer, resolve_serializer
 from oncelog.store import topics
 from oncelog.store.engine import DEFAULT_SCHEMA
@@ -52,7 +52,7 @@ from oncelog.types import (
     TopicPartition,
 )
 
-__all__ = ["MAX_RESEQUENCE_TRIES", "Callback", "Producer"]
+__all__ = ["Callback", "Producer"]
 
 logger = logging.getLogger(__name__)
 
