@@ -28,8 +28,9 @@ import enum
 import logging
 import threading
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from types import MappingProxyType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from oncelog.errors import FatalError, IllegalStateError, OncelogError, TransactionAbortableError
 
@@ -135,9 +136,14 @@ class TransactionStateMachine:
     current call").
     """
 
-    def __init__(self, transactional_id: str | None = None) -> None:
-        """Start in UNINITIALIZED; ``transactional_id`` only labels log lines and messages."""
-        self._lock = threading.Lock()
+    def __init__(self, transactional_id: str | None = None, *, lock: AbstractContextManager[Any] | None = None) -> None:
+        """Start in UNINITIALIZED; ``transactional_id`` only labels log lines and messages.
+
+        ``lock``: guard the state with this lock instead of one of its own, so an owner (the
+        producer's TransactionManager) can check and transition under the lock that guards its
+        other state too; it must then be re-entrant (``threading.RLock``).
+        """
+        self._lock: AbstractContextManager[Any] = lock if lock is not None else threading.Lock()
         self._state = TxnState.UNINITIALIZED
         self._last_error: Exception | None = None
         self._prefix = f"TransactionalId {transactional_id}: " if transactional_id is not None else ""

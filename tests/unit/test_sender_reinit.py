@@ -2,103 +2,35 @@
 
 Issue 14, finding 3: when the store bumps a producer's epoch behind its back (an operator, a
 database restored to an earlier point), the producer used to retry for ever. Here the store is a
-fake that plays the store's answers (init_producer_id_v1 and produce_v2's epoch rules, as
-migration 0002 writes them); what the database decides is proven by tests/test_timeouts_reinit.py.
+fake that plays the store's answers (tests/unit/fake_store.py: init_producer_id_v1 and
+produce_v2's epoch rules, as migration 0002 writes them); what the database decides is proven by
+tests/test_timeouts_reinit.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 import oncelog.producer as producer_module
 from oncelog import Producer, errors
-from oncelog.store.records import ProduceResult, ProducerIdAndEpoch
+from oncelog.sender import MAX_RESEQUENCE_TRIES
 from oncelog.store.topics import TopicMetadata
+from tests.unit.fake_store import FakeStore
 
 #: Bounds a future's wait in these tests; never an assertion on speed.
 WAIT = 30.0
 
 
-@dataclass
-class FakeStore:
-    """Producer ids with their epoch and the epoch before the last bump, and the calls made."""
-
-    producers: dict[int, tuple[int, int | None]] = field(default_factory=dict)
-    next_id: int = 1000
-    offsets: dict[int, int] = field(default_factory=dict)
-    init_calls: list[tuple[int | None, int | None]] = field(default_factory=list)
-    produce_calls: int = 0
-    #: Called at the start of every produce (a test's adversary), under the store's lock.
-    before_produce: Any = None
-    #: Raised by every init_producer_id call while set (an unreachable store).
-    init_error: errors.OncelogError | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def init_producer_id(
-        self, conn: object, *, producer_id: int | None = None, epoch: int | None = None
-    ) -> ProducerIdAndEpoch:
-        with self.lock:
-            self.init_calls.append((producer_id, epoch))
-            if self.init_error is not None:
-                raise self.init_error
-            if producer_id is not None and producer_id in self.producers:
-                current, last = self.producers[producer_id]
-                if epoch == current:
-                    self.producers[producer_id] = (current + 1, current)
-                    return ProducerIdAndEpoch(producer_id, current + 1)
-                if epoch == last:
-                    return ProducerIdAndEpoch(producer_id, current)  # a retried bump
-                raise errors.InvalidProducerEpochError(f"producer id {producer_id} is at epoch {current}")
-            self.next_id += 1
-            self.producers[self.next_id] = (0, None)
-            return ProducerIdAndEpoch(self.next_id, 0)
-
-    def produce(self, conn: object, **batch: Any) -> ProduceResult:
-        with self.lock:
-            self.produce_calls += 1
-            if self.before_produce is not None:
-                self.before_produce(self)
-            pid, epoch = batch["producer_id"], batch["producer_epoch"]
-            if pid not in self.producers:
-                raise errors.UnknownProducerIdError()
-            if epoch != self.producers[pid][0]:
-                raise errors.InvalidProducerEpochError()
-            partition = batch["partition"]
-            base = self.offsets.get(partition, 0)
-            self.offsets[partition] = base + len(batch["records"])
-            return ProduceResult(base, base + len(batch["records"]) - 1, datetime.now(UTC), False)
-
-    def bump_behind_its_back(self, producer_id: int, times: int = 1) -> None:
-        """What an operator's bump (or a restore) does: the epoch moves without the producer."""
-        with self.lock:
-            for _ in range(times):
-                current, _ = self.producers[producer_id]
-                self.producers[producer_id] = (current + 1, current)
-
-
-class _FakeConnection:
-    def close(self) -> None:
-        pass
-
-    def invalidate(self) -> None:
-        pass
-
-
 @contextlib.contextmanager
 def fake_producer(store: FakeStore, monkeypatch: pytest.MonkeyPatch, **config: Any) -> Iterator[Producer]:
     """A Producer whose sender talks to ``store`` (no database is ever contacted)."""
-    monkeypatch.setattr(producer_module, "log", store)
-    monkeypatch.setattr(producer_module, "set_request_timeout", lambda conn, ms: None)
+    monkeypatch.setattr(producer_module, "_store", lambda client: store)
     producer = Producer("postgresql://nobody@127.0.0.1:1/none", linger_ms=0, retry_backoff_ms=1, **config)
-    monkeypatch.setattr(producer, "_connect", _FakeConnection)
     producer._metadata["t"] = (time.monotonic() + 3600, TopicMetadata(partitions=2, max_message_bytes=1 << 20))
     try:
         yield producer
@@ -160,7 +92,7 @@ def test_an_identity_taken_away_at_every_attempt_fails_the_batch_after_bounded_t
             p.send("t", b"b", partition=0).result(WAIT)
         assert time.monotonic() - started < WAIT
         tries = store.produce_calls - 1
-        assert tries <= producer_module._MAX_RESEQUENCE_TRIES
+        assert tries <= MAX_RESEQUENCE_TRIES
         adversary_on = False
         assert p.send("t", b"c", partition=1).result(WAIT).offset == 0
 

@@ -1,0 +1,416 @@
+"""The producer's Sender: the I/O thread that sends the accumulator's batches to the store.
+
+One thread sends one batch at a time, each partition's batches in order, over one autocommit
+connection (each batch one ``produce`` call: one round trip, one database transaction). What a
+batch's failure means (retry it with the same sequence, bump the epoch and resend it, fail it) is
+decided here from the error's flags; the identity and sequences themselves belong to the
+:class:`~oncelog.txn_manager.TransactionManager`, and the store is the injected
+:class:`~oncelog.producer_store.ProducerStore` (a fake one in unit tests).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from oncelog import errors
+from oncelog.accumulator import ProducerBatch, RecordAccumulator
+from oncelog.producer_store import ProducerStore
+from oncelog.store.records import ProduceResult, RecordIn
+from oncelog.txn_manager import TransactionManager
+from oncelog.types import RecordMetadata
+
+__all__ = ["MAX_RESEQUENCE_TRIES", "Sender", "fail_batch"]
+
+logger = logging.getLogger(__name__)
+
+#: Errors meaning the store's sequence state for us is not what we think: restart under a new epoch.
+_RESEQUENCE = (errors.OutOfOrderSequenceError, errors.UnknownProducerIdError, errors.InvalidProducerEpochError)
+#: How many times one batch may be taken up and re-sequenced under a new identity before it fails
+#: (each round is a bump or a fresh id and a send; more rounds mean the identity is being taken
+#: away as fast as we get one).
+MAX_RESEQUENCE_TRIES = 6
+
+
+class SenderMetrics:
+    """The counters the sender feeds (the producer's ``metrics()`` reads them)."""
+
+    def bump(self, name: str, by: float = 1) -> None:
+        """Add ``by`` to the counter ``name``."""
+
+    def sent(self, batch: ProducerBatch, latency_ms: float) -> None:
+        """``batch`` was acknowledged after a request of ``latency_ms``."""
+
+
+class Sender:
+    """Sends the batches of ``acc`` as they become ready; ``cond`` guards ``acc`` and the fields
+    below, shared with the producer's application threads.
+
+    ``flushing`` (a count) and ``closing`` are set by the producer; ``in_flight`` and the ids in
+    ``sending`` are the batches this sender holds. ``clock`` is injectable for tests.
+    """
+
+    def __init__(
+        self,
+        store: ProducerStore,
+        manager: TransactionManager,
+        acc: RecordAccumulator,
+        cond: threading.Condition,
+        *,
+        linger: float,
+        delivery_timeout: float,
+        attempt_timeout: float,
+        backoff: float,
+        backoff_max: float,
+        metrics: SenderMetrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._manager = manager
+        self._acc = acc
+        self._cond = cond
+        self._linger = linger
+        self._delivery_timeout = delivery_timeout
+        self._attempt_timeout = attempt_timeout
+        self._backoff = backoff
+        self._backoff_max = backoff_max
+        self._metrics = metrics or SenderMetrics()
+        self._clock = clock
+        self.flushing = 0
+        self.closing = False
+        self.in_flight = 0
+        self.sending: set[int] = set()
+        self._conn: Any = None  # only the sender thread touches it
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """The sender thread: send ready batches until closing with nothing left."""
+        try:
+            while True:
+                with self._cond:
+                    batches = self._wait_for_ready()
+                    if batches is None:
+                        return
+                    self._claim(batches)
+                self._send_all(batches)
+        except BaseException as exc:  # never leave futures hanging if the sender dies
+            logger.exception("oncelog producer sender failed")
+            with self._cond:
+                for batch in list(self._acc.batches()):
+                    fail_batch(batch, errors.ProducerClosedError(f"the sender thread failed: {exc!r}"))
+                self._cond.notify_all()
+            raise
+        finally:
+            self._drop_connection(invalidate=False)
+
+    def run_once(self) -> int:
+        """Send the batches that are ready now, without waiting; return how many (Kafka's
+        ``Sender.runOnce``, for tests that drive the sender step by step)."""
+        with self._cond:
+            now = self._clock()
+            self._expire_unsent(now)
+            batches = self._acc.ready(now, self._linger, self.flushing > 0 or self.closing)
+            self._claim(batches)
+        self._send_all(batches)
+        return len(batches)
+
+    def _claim(self, batches: list[ProducerBatch]) -> None:
+        for b in batches:
+            b.full = True  # closed: nothing more is appended to a batch being sent
+        self.in_flight = len(batches)
+        self.sending = {b.id for b in batches}
+
+    def _send_all(self, batches: list[ProducerBatch]) -> None:
+        for b in batches:
+            self._send_batch(b)
+            with self._cond:
+                self.sending.discard(b.id)
+        with self._cond:
+            self.in_flight = 0
+            self._cond.notify_all()
+
+    def _wait_for_ready(self) -> list[ProducerBatch] | None:
+        """Under the lock: the batches to send next, or None when closing with nothing left."""
+        while True:
+            now = self._clock()
+            self._expire_unsent(now)
+            ready = self._acc.ready(now, self._linger, self.flushing > 0 or self.closing)
+            if ready:
+                return ready
+            if self.closing and not len(self._acc):
+                return None
+            wake = self._acc.next_wakeup(now, self._linger)
+            self._cond.wait(wake if wake is not None else None)
+
+    def _expire_unsent(self, now: float) -> None:
+        """Batches never sent that waited past delivery_timeout fail (no unknown outcome, no bump)."""
+        for batch in list(self._acc.batches()):
+            if not batch.sent_once and now - batch.created > self._delivery_timeout:
+                try:
+                    self._acc.complete(batch)
+                except RuntimeError:
+                    continue  # not a head batch: it expires when it becomes one
+                fail_batch(batch, errors.DeliveryTimeoutError("not sent within delivery_timeout_ms"))
+                self._cond.notify_all()
+
+    # --- the connection -------------------------------------------------------------------------
+
+    def _connection(self) -> Any:
+        if self._conn is None:
+            self._conn = self._store.connect()
+        return self._conn
+
+    def _drop_connection(self, *, invalidate: bool) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._store.release(conn, invalidate=invalidate)
+
+    def _remaining(self, batch: ProducerBatch, now: float) -> float | None:
+        """Seconds left before ``batch``'s delivery deadline; None for a batch sent with EndTxn,
+        which has none (its first attempt may have committed: only its answer can tell)."""
+        return None if batch.ends_txn else batch.created + self._delivery_timeout - now
+
+    @contextlib.contextmanager
+    def _bounded_request(self, conn: Any, batch: ProducerBatch) -> Iterator[None]:
+        """One request for ``batch``, bounded by its remaining delivery time and the attempt
+        timeout (a quarter of the delivery timeout: one locked partition must not hold the
+        batches of the others, sent in turn on this one connection, past their deadlines)."""
+        remaining = self._remaining(batch, self._clock())
+        bound = self._attempt_timeout if remaining is None else min(self._attempt_timeout, remaining)
+        with self._store.request(conn, bound):
+            yield
+
+    # --- one batch ------------------------------------------------------------------------------
+
+    def _send_batch(self, batch: ProducerBatch) -> None:
+        started = self._clock()
+        manager = self._manager
+        if not manager.can_send():
+            # The transaction cannot commit any more: do not send into it.
+            cause = manager.last_error
+            aborted = errors.TransactionAbortedError("the transaction is aborting")
+            self._finish_failed(batch, cause if manager.is_fatal and cause else aborted)
+            return
+        remaining = self._remaining(batch, started)
+        if remaining is not None and remaining <= 0:
+            # Every path of a batch ends at its deadline: a retry (or a wait for the producer's
+            # identity) due after it is not made.
+            expired = errors.DeliveryTimeoutError("not acknowledged within delivery_timeout_ms")
+            if manager.transactional:
+                self._on_txn_error(batch, expired, started)  # retriable, out of time: abortable
+            else:
+                self._expire(batch, expired)
+            return
+        batch.tries += 1
+        sent = False  # whether this attempt's request may have reached the store
+        try:
+            if not self._ensure_identity(batch):
+                batch.next_attempt_at = self._clock() + self._backoff
+                return
+            manager.assign_sequence(batch)
+            batch.attempts += 1
+            conn = self._connection()
+            sent = True
+            result = self._produce(conn, batch)
+        except errors.OncelogError as exc:
+            self._on_error(batch, exc, started, sent=sent)
+            return
+        self._metrics.sent(batch, (self._clock() - started) * 1000)
+        with self._cond:
+            if batch.ends_txn:
+                manager.committed_with_batch(batch.txn_number)  # before flush() sees the batch complete
+            self._acc.complete(batch)
+            self._cond.notify_all()
+        for i, rec in enumerate(batch.records):
+            if not rec.future.done():
+                rec.future.set_result(
+                    RecordMetadata(
+                        topic=batch.tp.topic,
+                        partition=batch.tp.partition,
+                        offset=result.base_offset + i,
+                        timestamp=rec.timestamp or result.log_append_time,
+                    )
+                )
+
+    def _produce(self, conn: Any, batch: ProducerBatch) -> ProduceResult:
+        records = [RecordIn(r.value, r.key, r.headers, r.timestamp) for r in batch.records]
+        if batch.ends_txn or self._commits_with(batch):
+            batch.ends_txn = True
+            tid, pid, epoch = self._manager.transactional_id, batch.producer_id, batch.epoch
+            seq, number = batch.base_sequence, batch.txn_number
+            if tid is None or pid is None or epoch is None or seq is None or number is None:
+                raise errors.IllegalStateError("a batch sent with EndTxn needs its transaction and sequence")
+            with self._bounded_request(conn, batch):
+                result, _ = self._store.produce_end_txn(  # committed (or already)
+                    conn,
+                    topic=batch.tp.topic,
+                    partition=batch.tp.partition,
+                    records=records,
+                    producer_id=pid,
+                    producer_epoch=epoch,
+                    base_sequence=seq,
+                    transactional_id=tid,
+                    txn_number=number,
+                )
+            return result
+        with self._bounded_request(conn, batch):
+            return self._store.produce(
+                conn,
+                topic=batch.tp.topic,
+                partition=batch.tp.partition,
+                records=records,
+                producer_id=batch.producer_id,
+                producer_epoch=batch.epoch,
+                base_sequence=batch.base_sequence,
+                transactional_id=self._manager.transactional_id,
+                txn_number=batch.txn_number,
+            )
+
+    def _commits_with(self, batch: ProducerBatch) -> bool:
+        """Whether ``batch`` is the last one of the transaction commit_transaction() is committing:
+        then it carries EndTxn. No record can join the transaction once its commit has begun, so
+        a batch alone in the accumulator stays the last; a retry of it carries EndTxn again (a
+        retry after a commit that landed is answered as already committed, migration 0013)."""
+        with self._cond:
+            return len(self._acc) == 1 and self._manager.commits_with(batch.txn_number)
+
+    def _ensure_identity(self, batch: ProducerBatch) -> bool:
+        """Get a producer id, or bump the epoch (KIP-360), before sequencing anything. Returns
+        False when ``batch`` must wait: a bump is due but other batches still have an unknown
+        outcome, and those are settled under the old epoch first (re-sequencing one of them under
+        the new epoch could append it twice; Kafka likewise bumps only with nothing in flight)."""
+        manager = self._manager
+        if not manager.needs_identity:
+            return True
+        old = manager.identity
+        if old is not None:
+            if batch.unknown_outcome and batch.base_sequence is not None:
+                return True  # settle this one first, under its old epoch and sequence
+            with self._cond:
+                unsettled = any(b.unknown_outcome for b in self._acc.batches() if b is not batch)
+            if unsettled:
+                return False
+        conn = self._connection()
+        if old is None:
+            with self._bounded_request(conn, batch):
+                manager.set_identity(self._store.init_producer_id(conn))
+        else:
+            try:
+                with self._bounded_request(conn, batch):
+                    ident = self._store.init_producer_id(conn, producer_id=old.producer_id, epoch=old.epoch)
+                manager.set_identity(ident, bumped=True)
+            except (errors.InvalidProducerEpochError, errors.InvalidProducerIdMappingError) as exc:
+                # The bump is impossible: someone else moved this id's epoch (an operator's
+                # bump, a database restored to an earlier point). Like Kafka's producer when it
+                # cannot bump, start afresh under a new producer id: no batch has an unknown
+                # outcome now (checked above), so nothing sent under the old id can be doubled.
+                logger.warning(
+                    "producer id %s epoch %s cannot be bumped (%s); continuing under a new producer id",
+                    old.producer_id,
+                    old.epoch,
+                    exc,
+                )
+                with self._bounded_request(conn, batch):
+                    manager.set_identity(self._store.init_producer_id(conn), reset=True)
+            logger.info("producer bumped to %s; sequences restart at 0", manager.identity)
+        with self._cond:
+            for b in self._acc.batches():
+                b.base_sequence = b.epoch = b.producer_id = None
+        return True
+
+    # --- failures -------------------------------------------------------------------------------
+
+    def _on_error(self, batch: ProducerBatch, exc: errors.OncelogError, started: float, *, sent: bool = True) -> None:
+        """A batch's attempt failed; ``sent``: its request may have reached the store (False for a
+        failure before it: connecting, or re-initialising the producer id)."""
+        now = self._clock()
+        manager = self._manager
+        if manager.transactional:
+            self._on_txn_error(batch, exc, now)
+            return
+        if exc.retriable:
+            # Unknown outcome (connection lost, server restarting) or a transient conflict:
+            # resend the same batch with the same sequence until the delivery timeout. A statement
+            # the server cancelled at its timeout (RequestTimeoutError: a partition lock held by
+            # someone else) was rolled back: its connection is fine, and it appended nothing.
+            if not isinstance(exc, errors.RequestTimeoutError):
+                self._drop_connection(invalidate=True)
+                batch.unknown_outcome |= manager.idempotent and sent
+            if now - batch.created <= self._delivery_timeout:
+                self._schedule_retry(batch, now, exc)
+                return
+            self._expire(batch, errors.DeliveryTimeoutError(f"not acknowledged within delivery_timeout_ms: {exc}"))
+            return
+        in_time = now - batch.created <= self._delivery_timeout
+        if manager.idempotent and isinstance(exc, _RESEQUENCE) and in_time and batch.tries < MAX_RESEQUENCE_TRIES:
+            # The store rejected the batch (nothing was appended) because its sequence state for
+            # us differs from ours (expired, or an epoch mismatch): new epoch, same batch.
+            # (Had an earlier attempt landed, this retry would have been answered as a duplicate.)
+            batch.unknown_outcome = False
+            manager.request_bump()
+            self._schedule_retry(batch, now, exc)
+            return
+        # A definite rejection: nothing was appended, so the sequence this batch took is free
+        # again for the next batch of the partition.
+        manager.release_sequence(batch)
+        self._finish_failed(batch, exc)
+
+    def _expire(self, batch: ProducerBatch, exc: errors.DeliveryTimeoutError) -> None:
+        """Fail an idempotent batch at its delivery deadline."""
+        if batch.unknown_outcome:
+            # An attempt may have landed: neither reusing nor skipping its sequence is safe, so
+            # the next batch starts a new epoch (KIP-360).
+            self._manager.request_bump()
+        else:
+            # Every attempt was refused or never reached the store (a lock timeout rolls back):
+            # its sequence is free again for the partition's next batch.
+            self._manager.release_sequence(batch)
+        self._finish_failed(batch, exc)
+
+    def _on_txn_error(self, batch: ProducerBatch, exc: errors.OncelogError, now: float) -> None:
+        """A transactional batch failed: retry what may succeed, otherwise the transaction can
+        only abort (or, fenced, the producer is finished)."""
+        if exc.retriable:
+            if not isinstance(exc, errors.RequestTimeoutError | errors.DeliveryTimeoutError):
+                self._drop_connection(invalidate=True)  # (a statement the server cancelled leaves it usable)
+            # A batch sent with EndTxn is retried past the delivery timeout: its first attempt may
+            # have committed the transaction, so only its answer can say whether it did (failing it
+            # would have the application abort a transaction that may be committed).
+            in_time = now - batch.created <= self._delivery_timeout or batch.ends_txn
+            if in_time and not self._manager.aborting:
+                self._schedule_retry(batch, now, exc)
+                return
+            # Unknown outcome: the abort that must follow also bumps the epoch.
+            if not isinstance(exc, errors.DeliveryTimeoutError):
+                exc = errors.DeliveryTimeoutError(f"not acknowledged within delivery_timeout_ms: {exc}")
+            self._manager.unknown_outcome(exc)
+            self._finish_failed(batch, exc)
+            return
+        self._manager.record_error(exc)
+        self._finish_failed(batch, exc)
+
+    def _schedule_retry(self, batch: ProducerBatch, now: float, exc: BaseException) -> None:
+        # By tries, not sends: a re-initialisation that keeps failing backs off like a send.
+        delay = min(self._backoff * 2 ** max(batch.tries - 1, 0), self._backoff_max)
+        batch.next_attempt_at = now + delay
+        self._metrics.bump("record_retry_total", len(batch.records))
+        logger.debug("retrying batch %s of %s in %.3fs after %r", batch.id, batch.tp, delay, exc)
+
+    def _finish_failed(self, batch: ProducerBatch, exc: BaseException) -> None:
+        self._metrics.bump("record_error_total", len(batch.records))
+        with self._cond:
+            self._acc.complete(batch)
+            self._cond.notify_all()
+        fail_batch(batch, exc)
+
+
+def fail_batch(batch: ProducerBatch, exc: BaseException) -> None:
+    """Fail every record of ``batch`` not completed yet with ``exc``."""
+    for rec in batch.records:
+        if not rec.future.done():
+            rec.future.set_exception(exc)

@@ -1,0 +1,339 @@
+"""The Sender against a fake store, step by step (in the spirit of Kafka's SenderTest).
+
+No thread and no database: each test appends batches to an accumulator, drives the sender with
+``run_once()`` under a fake clock, and reads what the fake store (tests/unit/fake_store.py) saw.
+What the database decides (duplicate detection, locks, commit visibility) is proven by the
+database tests (test_producer_faults.py, test_txn_commit_faults.py, ...).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
+
+import pytest
+
+from oncelog import errors
+from oncelog.accumulator import PendingRecord, ProducerBatch, RecordAccumulator
+from oncelog.sender import MAX_RESEQUENCE_TRIES, Sender, SenderMetrics
+from oncelog.txn_manager import TransactionManager
+from oncelog.txn_state import TxnState
+from oncelog.types import RecordMetadata, TopicPartition
+from tests.unit.fake_store import FakeStore
+
+TID = "txn-app"
+
+
+class CountingMetrics(SenderMetrics):
+    def __init__(self) -> None:
+        self.counts: dict[str, float] = {}
+
+    def bump(self, name: str, by: float = 1) -> None:
+        self.counts[name] = self.counts.get(name, 0) + by
+
+    def sent(self, batch: ProducerBatch, latency_ms: float) -> None:
+        self.bump("batch_send_total")
+
+
+class Harness:
+    """A sender, its manager and accumulator over a fake store, under a clock the test moves."""
+
+    def __init__(
+        self,
+        store: FakeStore | None = None,
+        *,
+        transactional_id: str | None = None,
+        delivery_timeout: float = 10.0,
+        backoff: float = 0.1,
+    ) -> None:
+        self.now = 1000.0
+        self.store = store or FakeStore()
+        self.metrics = CountingMetrics()
+        self.manager = TransactionManager(
+            self.store,
+            transactional_id=transactional_id,
+            backoff=0.001,
+            backoff_max=0.002,
+            max_block=1.0,
+            request_timeout=1.0,
+            metric=self.metrics.bump,
+        )
+        self.acc = RecordAccumulator(batch_size=1 << 20, max_batch_records=1000)
+        self.cond = threading.Condition()
+        self.backoff = backoff
+        self.sender = Sender(
+            self.store,
+            self.manager,
+            self.acc,
+            self.cond,
+            linger=0.0,
+            delivery_timeout=delivery_timeout,
+            attempt_timeout=delivery_timeout / 4,
+            backoff=backoff,
+            backoff_max=backoff * 8,
+            metrics=self.metrics,
+            clock=lambda: self.now,
+        )
+        if transactional_id is not None:
+            self.manager.init_transactions(None)
+            self.manager.begin_transaction()
+
+    def send(self, value: bytes, partition: int = 0) -> Future[RecordMetadata]:
+        """Append one record as a batch of its own (the previous one of the partition is closed)."""
+        future: Future[RecordMetadata] = Future()
+        tp = TopicPartition("t", partition)
+        number = self.manager.txn_number if self.manager.transactional else None
+        with self.cond:
+            for b in self.acc.batches():
+                b.full = True
+            self.acc.append(tp, PendingRecord(None, value, None, None, len(value), future), self.now, number)
+        return future
+
+    def step(self, seconds: float = 0.0) -> int:
+        """Move the clock, then send what is ready."""
+        self.now += seconds
+        return self.sender.run_once()
+
+    def run_until_done(self, futures: Sequence[Future[RecordMetadata]], *, step: float = 1.0, limit: int = 100) -> int:
+        """Step until every future completed; return the number of steps."""
+        for n in range(limit):
+            if all(f.done() for f in futures):
+                return n
+            self.step(step if n else 0.0)
+        raise AssertionError("the sender never completed the batches")
+
+    def produced(self, operation: str = "produce") -> list[tuple[int, int, int]]:
+        """(producer id, epoch, base sequence) of every produce call, in order."""
+        return [
+            (args["producer_id"], args["producer_epoch"], args["base_sequence"])
+            for op, args in self.store.calls
+            if op == operation
+        ]
+
+
+# --- retries keep the batch's identity -------------------------------------------------------
+
+
+def test_a_retriable_error_retries_the_batch_with_the_same_sequence() -> None:
+    h = Harness()
+    h.store.fail("produce", errors.DatabaseUnavailableError("connection lost"))
+    first = h.send(b"a")
+    assert h.step() == 1
+    assert not first.done()
+    assert h.step() == 0, "the retry waits for its backoff"
+    assert h.step(h.backoff) == 1
+    assert first.result(0).offset == 0
+    second = h.send(b"b")
+    h.run_until_done([second])
+    pid = h.manager.identity.producer_id if h.manager.identity else None
+    assert h.produced() == [(pid, 0, 0), (pid, 0, 0), (pid, 0, 1)]
+    assert h.store.released == [True], "a lost connection is invalidated, not reused"
+    assert h.metrics.counts["record_retry_total"] == 1
+
+
+def test_a_lost_reply_is_answered_as_a_duplicate_on_retry() -> None:
+    h = Harness()
+    h.store.fail("produce", errors.DatabaseUnavailableError("reply lost"), after=True)
+    first = h.send(b"a")
+    h.run_until_done([first])
+    second = h.send(b"b")
+    h.run_until_done([second])
+    assert (first.result(0).offset, second.result(0).offset) == (0, 1)
+    assert h.store.log[("t", 0)] == [b"a", b"b"], "the retry did not append a second copy"
+    assert h.metrics.counts.get("epoch_bump_total", 0) == 0
+
+
+def test_a_lock_timeout_retries_without_dropping_the_connection() -> None:
+    """A statement the server cancelled (RequestTimeoutError) was rolled back: same connection."""
+    h = Harness()
+    h.store.fail("produce", errors.RequestTimeoutError("lock timeout"))
+    future = h.send(b"a")
+    h.run_until_done([future])
+    assert future.result(0).offset == 0
+    assert h.store.released == []
+
+
+# --- KIP-360: the store's sequence state differs from ours ------------------------------------
+
+
+def test_out_of_order_sequence_bumps_the_epoch_and_resends_the_batch_at_sequence_zero() -> None:
+    h = Harness()
+    h.run_until_done([h.send(b"a"), h.send(b"b", partition=1)])
+    ident = h.manager.identity
+    assert ident is not None
+    h.store.forget_sequences(ident.producer_id)  # the store expired our partition state
+    late = h.send(b"c")
+    h.run_until_done([late])
+    assert late.result(0).offset == 1
+    pid = ident.producer_id
+    assert h.produced()[-2:] == [(pid, 0, 1), (pid, 1, 0)]
+    assert h.store.init_calls == [(None, None), (pid, 0)]
+    assert h.manager.identity == type(ident)(pid, 1)
+    # Every partition restarted at 0 under the new epoch, not only the one refused.
+    assert h.manager.next_sequence(TopicPartition("t", 0)) == 1
+    assert h.manager.next_sequence(TopicPartition("t", 1)) == 0
+    assert h.metrics.counts["epoch_bump_total"] == 1
+
+
+def test_unknown_producer_id_falls_back_to_a_fresh_producer_id() -> None:
+    h = Harness()
+    h.run_until_done([h.send(b"a")])
+    ident = h.manager.identity
+    assert ident is not None
+    del h.store.producers[ident.producer_id]  # the store forgot us entirely
+    future = h.send(b"b")
+    h.run_until_done([future])
+    assert future.result(0).offset == 1
+    fresh = h.manager.identity
+    assert fresh is not None and fresh.producer_id != ident.producer_id and fresh.epoch == 0
+    assert h.store.init_calls == [(None, None), (ident.producer_id, 0), (None, None)]
+    assert h.metrics.counts["producer_id_reset_total"] == 1
+
+
+def test_resequencing_is_bounded_by_tries() -> None:
+    h = Harness()
+    h.store.fail("produce", errors.OutOfOrderSequenceError("always"), times=100)
+    future = h.send(b"a")
+    h.run_until_done([future], step=h.backoff * 8)
+    with pytest.raises(errors.OutOfOrderSequenceError):
+        future.result(0)
+    assert h.store.count("produce") == MAX_RESEQUENCE_TRIES
+
+
+def test_resequencing_is_bounded_by_the_delivery_timeout() -> None:
+    h = Harness(delivery_timeout=1.0)
+    h.store.fail("produce", errors.OutOfOrderSequenceError("always"), times=100)
+    future = h.send(b"a")
+    h.run_until_done([future], step=0.6)
+    with pytest.raises(errors.DeliveryTimeoutError):
+        future.result(0)
+    # Sent at 0 s and at 0.6 s (each after a bump); at 1.2 s the batch is out of time.
+    assert h.store.count("produce") == 2
+    assert len(h.store.init_calls) == 2
+
+
+def test_a_definite_rejection_frees_the_sequence_for_the_next_batch() -> None:
+    h = Harness()
+    h.store.fail("produce", errors.RecordTooLargeError("too large"))
+    refused = h.send(b"a")
+    h.step()
+    with pytest.raises(errors.RecordTooLargeError):
+        refused.result(0)
+    ok = h.send(b"b")
+    h.run_until_done([ok])
+    pid = h.manager.identity.producer_id if h.manager.identity else None
+    assert h.produced() == [(pid, 0, 0), (pid, 0, 0)]
+
+
+# --- delivery timeout -----------------------------------------------------------------------
+
+
+def test_a_batch_past_its_delivery_deadline_fails_while_others_proceed() -> None:
+    h = Harness(delivery_timeout=2.0)
+    h.store.refuse = lambda batch: (
+        errors.DatabaseUnavailableError("partition 0 unreachable") if (batch["partition"] == 0) else None
+    )
+    stuck = h.send(b"a", partition=0)
+    others = [h.send(b"b", partition=1)]
+    h.step()
+    assert others[0].result(0).offset == 0
+    others.append(h.send(b"c", partition=1))
+    h.run_until_done([stuck, *others], step=0.5)
+    with pytest.raises(errors.DeliveryTimeoutError):
+        stuck.result(0)
+    assert others[1].result(0).offset == 1
+    # Its outcome was unknown: the next batch starts a new epoch, at sequence 0 (KIP-360), at
+    # once (not after the store refused it as out of order).
+    assert h.manager.needs_identity
+    h.store.refuse = None
+    sent = h.store.count("produce")
+    after = h.send(b"d", partition=0)
+    h.run_until_done([after])
+    pid = h.manager.identity.producer_id if h.manager.identity else None
+    assert h.produced()[sent:] == [(pid, 1, 0)]
+
+
+def test_a_batch_refused_by_lock_timeouts_until_its_deadline_fails_without_a_bump() -> None:
+    h = Harness(delivery_timeout=2.0)
+    h.store.refuse = lambda batch: errors.RequestTimeoutError("lock timeout")
+    stuck = h.send(b"a")
+    h.run_until_done([stuck], step=0.5)
+    with pytest.raises(errors.DeliveryTimeoutError):
+        stuck.result(0)
+    h.store.refuse = None
+    after = h.send(b"b")
+    h.run_until_done([after])
+    pid = h.manager.identity.producer_id if h.manager.identity else None
+    assert h.produced()[-1] == (pid, 0, 0), "nothing landed: same epoch, the sequence reused"
+
+
+def test_a_batch_never_sent_expires_at_its_deadline() -> None:
+    h = Harness(delivery_timeout=2.0)
+    future = h.send(b"a")
+    h.now += 3
+    assert h.step() == 0
+    with pytest.raises(errors.DeliveryTimeoutError):
+        future.result(0)
+    assert h.store.calls == []
+
+
+# --- transactions -------------------------------------------------------------------------------
+
+
+def test_fencing_fails_every_pending_batch_and_makes_the_manager_fatal() -> None:
+    h = Harness(transactional_id=TID)
+    batches = [h.send(b"a", partition=0), h.send(b"b", partition=1)]
+    FakeStore.init_transactional_id(  # a new instance of the same transactional id
+        h.store, object(), transactional_id=TID, transaction_timeout_ms=60_000, producer_id=None, epoch=None
+    )
+    h.step()
+    for f in batches:
+        with pytest.raises(errors.ProducerFencedError):
+            f.result(0)
+    assert h.manager.state is TxnState.FATAL_ERROR
+    assert h.store.count("produce") == 1, "nothing more is sent once fenced"
+    with pytest.raises(errors.ProducerFencedError):
+        h.manager.begin_commit()
+
+
+def test_the_last_batch_carries_the_commit() -> None:
+    h = Harness(transactional_id=TID)
+    first, last = h.send(b"a", partition=0), h.send(b"b", partition=1)
+    h.manager.begin_commit()
+    h.run_until_done([first, last])
+    assert h.store.count("produce") == 1 and h.store.count("produce_end_txn") == 1
+    h.manager.finish_commit(None)
+    assert h.store.count("end_txn") == 0, "EndTxn went with the last batch"
+    assert h.store.committed(TID, h.manager.txn_number)
+    assert h.manager.state is TxnState.READY
+
+
+def test_the_last_batch_with_the_commit_is_retried_past_its_deadline_after_a_lost_reply() -> None:
+    h = Harness(transactional_id=TID, delivery_timeout=2.0)
+    h.store.fail("produce_end_txn", errors.DatabaseUnavailableError("reply lost"), after=True, times=4)
+    future = h.send(b"a")
+    h.manager.begin_commit()
+    h.run_until_done([future], step=1.0)
+    assert future.result(0).offset == 0
+    # Failed at 0, 1, 2 and 3 s, answered at 4 s: retried past the 2 s delivery timeout.
+    assert h.store.count("produce_end_txn") == 5
+    assert h.store.log[("t", 0)] == [b"a"]
+    h.manager.finish_commit(None)
+    assert h.store.count("end_txn") == 0
+    assert h.manager.state is TxnState.READY
+
+
+def test_a_transactional_batch_out_of_time_makes_the_transaction_abortable_and_the_abort_bumps() -> None:
+    h = Harness(transactional_id=TID, delivery_timeout=2.0)
+    h.store.fail("produce", errors.DatabaseUnavailableError("lost"), times=100)
+    future = h.send(b"a")
+    h.run_until_done([future], step=1.0)
+    with pytest.raises(errors.DeliveryTimeoutError):
+        future.result(0)
+    assert h.manager.state is TxnState.ABORTABLE_ERROR
+    epoch = h.manager.identity.epoch if h.manager.identity else None
+    h.manager.begin_abort()
+    h.manager.finish_abort(None)
+    assert h.manager.state is TxnState.READY
+    assert h.manager.identity is not None and h.manager.identity.epoch == (epoch or 0) + 1
