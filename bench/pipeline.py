@@ -187,7 +187,7 @@ def finish(proc: subprocess.Popen[str], err: IO[str], *, timeout: float = 20.0) 
     errors = err.read()
     err.close()
     if proc.returncode != 0:
-        raise RuntimeError(f"child {proc.args} exited with {proc.returncode}:\n{errors[-3000:]}")
+        raise RuntimeError(f"child {proc.args!r} exited with {proc.returncode}:\n{errors[-3000:]}")
     return out
 
 
@@ -314,7 +314,7 @@ def pipeline_throughput(bench: Bench, members: int, records: int) -> dict[str, A
         ).fetchall()
     if output is None or output[0] != records:
         raise RuntimeError(f"{pipe.group}: the output holds {output} committed records, not {records}")
-    by_state = dict(txns)
+    by_state: dict[str, int] = {str(state): int(n) for state, n in txns}
     commits = int(by_state.get("CompleteCommit", 0))
     return {
         "members": members,

@@ -298,7 +298,7 @@ def throughput_cases(bench: Bench, quick: bool, repeat: int) -> list[dict[str, A
             paired_flushed = [
                 t.records_per_s / f.records_per_s for t, f in zip(txn_runs[size], flushed_runs[size], strict=True)
             ]
-            case = {
+            case: dict[str, Any] = {
                 "key": f"{partitions}p/txn{size}",
                 "partitions": partitions,
                 "txn_size": size,

@@ -39,7 +39,7 @@ from oncelog.types import AclBinding, AclBindingFilter, AclOperation, AclResourc
 
 DENIED = "42501"  # insufficient_privilege
 CLIENT, READER, ADMIN = "oncelog_client", "oncelog_reader", "oncelog_admin"
-FAST_GROUP = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 100, "enable_auto_commit": False}
+FAST_GROUP: dict[str, Any] = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 100, "enable_auto_commit": False}
 
 
 # --- fixtures and helpers --------------------------------------------------------------------

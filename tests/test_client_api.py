@@ -298,7 +298,7 @@ def test_consumer_resets_when_retention_passes_its_position(db_url: str, admin: 
 def test_consumer_config_errors(db_url: str) -> None:
     for bad in ({"isolation_level": "dirty"}, {"auto_offset_reset": "middle"}, {"max_poll_records": 0}):
         with pytest.raises(errors.ConfigurationError):
-            Consumer(db_url, **bad)  # type: ignore[arg-type]
+            Consumer(db_url, **bad)
 
 
 def test_admin_topics(admin: Admin) -> None:

@@ -68,7 +68,7 @@ def test_listens_on_loopback_tcp_only(data_dir: Path) -> None:
     server = EmbeddedPostgres(data_dir, durable=False)
     url = server.start()
     with psycopg.connect(url) as conn:
-        settings = dict(
+        settings: dict[str, str] = dict(
             conn.execute(
                 "SELECT name, setting FROM pg_settings WHERE name IN "
                 "('listen_addresses', 'unix_socket_directories', 'fsync')"

@@ -8,6 +8,7 @@ from the server side and break a deserializer mid-poll, and check that nothing i
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -42,7 +43,7 @@ def _fill(db_url: str, topic: str, partitions: int, per_partition: int) -> None:
 
 def _call(
     engine: sa.Engine, fn: str, topic: str, partitions: int, offsets: list[int], n: int, rc: bool
-) -> list[sa.Row]:
+) -> list[sa.Row[Any]]:
     with engine.connect() as conn:
         return list(
             conn.execute(

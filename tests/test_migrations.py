@@ -204,7 +204,7 @@ def test_0014_fills_txn_spans_from_the_log_and_downgrades_exactly(empty_db_url: 
 
     def state() -> tuple[dict[str, str], set[str]]:
         with engine.connect() as conn:
-            defs = dict(
+            defs: dict[str, str] = dict(
                 conn.exec_driver_sql(
                     "SELECT proname, pg_get_functiondef(p.oid) FROM pg_proc p "
                     "WHERE pronamespace = 'oncelog'::regnamespace AND proname = ANY(%(n)s)",

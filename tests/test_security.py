@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -108,7 +109,7 @@ def test_the_client_role_runs_the_whole_protocol(logins: dict[str, str]) -> None
         plain.send("t", b"w", partition=1).result(timeout=30)
     with Consumer(url, group_id="g", enable_auto_commit=False, session_timeout_ms=3000, heartbeat_interval_ms=200) as c:
         c.subscribe(["t"])
-        seen = []
+        seen: list[Any] = []
         while batch := c.poll(timeout=0.5):
             seen.extend(r.value for r in batch)
         c.commit()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -180,7 +181,7 @@ def test_read_committed_skips_aborted_records_and_markers(db_url: str, admin: Ad
     with Consumer(db_url) as consumer:
         tp = TopicPartition("t", 0)
         consumer.assign([tp])
-        got = []
+        got: list[Any] = []
         while batch := consumer.poll(timeout=0.2):
             got.extend(r.value for r in batch)
         assert got == [b"t0", b"p0", b"p1", b"t2", b"p2", b"p3", b"t4", b"p4"]

@@ -185,7 +185,7 @@ def direct(db_url: str) -> Iterator[sa.Engine]:
     engine.dispose()
 
 
-def snapshot(engine: sa.Engine, *, read_committed: bool) -> dict[int, PartitionFetch]:
+def snapshot(engine: sa.Engine, *, read_committed: bool) -> dict[int, PartitionFetch[Any]]:
     """Every partition of the topic from offset 0, in ONE snapshot (store.log.fetch_many)."""
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         return {
