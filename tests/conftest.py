@@ -78,6 +78,15 @@ def empty_db_url(server_url: str) -> Iterator[str]:
 
 
 @pytest.fixture
+def conn(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """An autocommit connection to this test's database (each store call is its own transaction,
+    as every oncelog client does it). A test module that needs a topic first overrides it with a
+    fixture of the same name that takes this one."""
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+        yield c
+
+
+@pytest.fixture
 def engine(db_url: str) -> Iterator[sa.Engine]:
     """An engine on this test's migrated database."""
     eng = create_engine(db_url)

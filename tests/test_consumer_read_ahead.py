@@ -12,7 +12,6 @@ unpaused partition.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
@@ -108,12 +107,6 @@ class ReadAheadMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.consumer.close()
-
-
-@pytest.fixture
-def conn(engine: sa.Engine) -> Iterator[sa.Connection]:
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
-        yield c
 
 
 def test_read_ahead_returns_exactly_what_the_positions_ask_for(conn: sa.Connection, db_url: str) -> None:

@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
@@ -698,12 +697,6 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
 def _ident_tuple(ident: txn.TransactionalIdentity) -> tuple[int, int, int]:
     return (ident.producer_id, ident.epoch, ident.txn_number)
-
-
-@pytest.fixture
-def conn(engine: sa.Engine) -> Iterator[sa.Connection]:
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
-        yield c
 
 
 def test_coordinator_matches_the_model(conn: sa.Connection) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -39,10 +38,10 @@ EXHAUSTED = 32766
 
 
 @pytest.fixture
-def conn(engine: sa.Engine) -> Iterator[sa.Connection]:
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
-        topics.create_topic(c, name=T, partitions=PARTITIONS)
-        yield c
+def conn(conn: sa.Connection) -> sa.Connection:
+    """The autocommit connection of conftest, with the topic created."""
+    topics.create_topic(conn, name=T, partitions=PARTITIONS)
+    return conn
 
 
 # --- helpers ---------------------------------------------------------------------------------

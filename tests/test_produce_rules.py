@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -38,10 +38,10 @@ DAY = timedelta(days=1)
 
 
 @pytest.fixture
-def conn(engine: sa.Engine) -> Iterator[sa.Connection]:
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
-        topics.create_topic(c, name=T, partitions=2)
-        yield c
+def conn(conn: sa.Connection) -> sa.Connection:
+    """The autocommit connection of conftest, with the topic created."""
+    topics.create_topic(conn, name=T, partitions=2)
+    return conn
 
 
 # --- helpers ---------------------------------------------------------------------------------

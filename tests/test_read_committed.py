@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -60,11 +60,10 @@ def parse(v: bytes) -> tuple[int, int]:
 
 
 @pytest.fixture
-def conn(engine: sa.Engine) -> Iterator[sa.Connection]:
-    """An autocommit connection; the topic exists."""
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
-        topics.create_topic(c, name=T, partitions=PARTITIONS)
-        yield c
+def conn(conn: sa.Connection) -> sa.Connection:
+    """The autocommit connection of conftest, with the topic created."""
+    topics.create_topic(conn, name=T, partitions=PARTITIONS)
+    return conn
 
 
 # --- the checker -----------------------------------------------------------------------------

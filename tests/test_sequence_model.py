@@ -13,11 +13,9 @@ Each hypothesis example gets a topic of its own and new producer ids in the test
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
@@ -373,12 +371,6 @@ class SequenceMachine(RuleBasedStateMachine):
             got = [(r.value, r.producer_id, r.producer_epoch, r.sequence) for r in fetched.records]
             assert [r.offset for r in fetched.records] == list(range(len(got)))
             assert got == self.model.logs[partition]
-
-
-@pytest.fixture
-def conn(engine: sa.Engine) -> Iterator[sa.Connection]:
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
-        yield c
 
 
 def test_store_matches_the_model(conn: sa.Connection) -> None:
