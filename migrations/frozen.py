@@ -3,7 +3,7 @@
 Every revision under ``versions/`` applies ``versions/sql/<revision>.up.sql`` (and, going back,
 ``.down.sql``): the exact statements it sends, frozen when it was written. A revision imports no
 other revision and changes no other revision's text; the current definition of every SQL object
-lives in ``store/sql`` (``tests/test_sql_tree.py`` proves head equals it).
+lives in ``store/sql`` (``tests/migration/test_sql_tree.py`` proves head equals it).
 
 The files name the installation's schema as ``@schema@`` where it appears (role names such as
 ``@schema@_client``, ``GRANT ... IN SCHEMA``); everything else is resolved through the

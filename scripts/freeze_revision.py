@@ -14,8 +14,8 @@ place of the migrations' text, compares their catalogues, and writes
 * ``migrations/versions/<NNNN>_<name>.py``: the revision, applying those files
   (:mod:`oncelog.migrations.frozen`); write its docstring (what changed and why) before committing.
 
-``tests/test_sql_tree.py`` then checks that the new head equals ``store/sql``, and
-``tests/test_migrations.py`` that its downgrade restores the state before it. Tables are not its
+``tests/migration/test_sql_tree.py`` then checks that the new head equals ``store/sql``, and
+``tests/migration/test_migrations.py`` that its downgrade restores the state before it. Tables are not its
 business: change
 ``store/schema.py`` and write their DDL into the new revision's files by hand (alembic's
 autogenerate shows it: ``oncelog db check`` reports the drift).
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         encoding="utf-8",
     )
     print(f"wrote revision {stem}: {', '.join(names)}")
-    print("install it (scripts/setup.sh re-links new files), then check: pytest tests/test_sql_tree.py")
+    print("install it (scripts/setup.sh re-links new files), then check: pytest tests/migration/test_sql_tree.py")
     return 0
 
 

@@ -3,7 +3,7 @@
 The tables are the models of :mod:`oncelog.store.schema`; everything else that the migrations
 install (the protocol functions and their internal helpers, the reader views, triggers, the
 row-level policy, comments and grants) is written out in plain SQL files under ``store/sql``,
-grouped by concern, in the order they load. ``tests/test_sql_tree.py`` proves that a database
+grouped by concern, in the order they load. ``tests/migration/test_sql_tree.py`` proves that a database
 migrated to head holds exactly what these files install, so they are the readable definition of
 the protocol's rules: read them (or load them with psql) instead of replaying migrations.
 

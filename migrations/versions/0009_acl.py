@@ -22,7 +22,7 @@ to the ACLs too): each is re-created from the text its own revision installed wi
 added at the top of its body, before any lock is taken or any row written (none of them changed
 since the revision that installed it). The block reads one flag and does nothing more while
 enforcement is off. Downgrading re-creates the original text, cut from the same revision module,
-as revision 0008 does for fetch_v2; tests/test_acl.py checks that the round trip restores every
+as revision 0008 does for fetch_v2; tests/integration/test_acl.py checks that the round trip restores every
 definition, grant and comment exactly.
 
 The views run with their owner's rights, so row-level security on the base tables could not see

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
+
+#: The repository's root (tests live in layers below tests/, at different depths).
+REPO = Path(__file__).resolve().parents[2]
 
 #: How a test's child process gets its database URL: in its environment (readable by the same
 #: user only), never on its command line (readable by every local user, and the URL may hold a

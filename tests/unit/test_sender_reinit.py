@@ -4,7 +4,7 @@ Issue 14, finding 3: when the store bumps a producer's epoch behind its back (an
 database restored to an earlier point), the producer used to retry for ever. Here the store is a
 fake that plays the store's answers (tests/unit/fake_store.py: init_producer_id_v1 and
 produce_v2's epoch rules, as migration 0002 writes them); what the database decides is proven by
-tests/test_timeouts_reinit.py.
+tests/integration/test_producer_reinit.py.
 """
 
 from __future__ import annotations

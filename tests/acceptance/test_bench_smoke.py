@@ -11,13 +11,13 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from oncelog.store import cluster
+from tests.support import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 
 VALUE_SIZES = (100, 1024)
 PARTITIONS = (1, 8)

@@ -36,9 +36,8 @@ import sqlalchemy as sa
 from oncelog import Admin, Consumer, ConsumerRecord, OffsetAndMetadata, Producer, TopicPartition, errors
 from oncelog.store import groups
 from oncelog.txn_state import TxnState
-from tests.support import child_env
+from tests.support import REPO, child_env
 
-REPO = Path(__file__).resolve().parents[1]
 IN, OUT = "in", "out"
 TP0, TP1 = TopicPartition(IN, 0), TopicPartition(IN, 1)
 PER_PARTITION = 20

@@ -43,8 +43,8 @@ import pytest
 import sqlalchemy as sa
 
 from oncelog import Admin, Consumer, Producer, TopicPartition
+from tests.support import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "consume_transform_produce.py"
 IN, OUT, GROUP = "in", "out", "copiers"
 PARTITIONS = 4

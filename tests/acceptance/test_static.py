@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import REPO
+
+ROOT = REPO
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess[str]:

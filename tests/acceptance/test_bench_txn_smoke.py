@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from oncelog.store import cluster
+from tests.support import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 
 TXN_SIZES = (1, 10, 100, 1000)
 TXN_PARTITIONS = (1, 4)

@@ -93,7 +93,7 @@ def test_the_plan_is_seeded_and_has_every_fault() -> None:
 
 
 def test_a_client_spec_round_trips_as_json() -> None:
-    """The runner hands it to the client process on stdin (tests/test_secrets.py checks the spawn)."""
+    """The runner hands it to the client process on stdin (tests/acceptance/test_secrets.py checks the spawn)."""
     spec = ClientSpec(
         role=Role.COPIER,
         name="copy1",

@@ -44,9 +44,8 @@ import oncelog
 from oncelog import Consumer, TopicPartition
 from oncelog.store import create_engine, log
 from oncelog.store.records import PartitionFetch
-from tests.support import child_env
+from tests.support import REPO, child_env
 
-REPO = Path(__file__).resolve().parents[1]
 TID = "zombie-tid"
 TOPIC = "t"
 PARTITIONS = 2

@@ -62,10 +62,9 @@ import oncelog
 from oncelog import Consumer, TopicPartition
 from oncelog.store import create_engine, log
 from oncelog.store.records import FetchedRecord
-from tests.support import child_env
+from tests.support import REPO, child_env
 from tests.support.copier_child import EXIT_FENCED, IN, OUT, PROGRESS, transactional_id
 
-REPO = Path(__file__).resolve().parents[1]
 IN_PARTITIONS = 4
 PER_PARTITION = 1500
 TOTAL = IN_PARTITIONS * PER_PARTITION

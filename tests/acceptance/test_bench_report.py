@@ -16,8 +16,9 @@ from PIL import Image
 
 from bench import report
 from bench.report import END_MARKER, START_MARKER, Headline, MarkerError
+from tests.support import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PLOTS = ("produce_throughput.png", "txn_throughput.png", "latency.png", "read_rates.png", "pipeline_rates.png")
 

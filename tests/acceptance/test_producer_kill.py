@@ -30,11 +30,10 @@ import pytest
 import oncelog
 from oncelog.partitioner import partition_for_key
 from oncelog.store.records import FetchedRecord
-from tests.support import child_env
+from tests.support import REPO, child_env
 from tests.support.logcheck import read_partition, wait_until
 from tests.support.producer_child import key_for
 
-REPO = Path(__file__).resolve().parents[1]
 PARTITIONS = 3
 SURVIVOR_COUNT = 1500
 #: The victim never gets to the end of this: it is killed long before.

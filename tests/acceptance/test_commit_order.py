@@ -25,7 +25,6 @@ import threading
 import time
 from collections import Counter, defaultdict
 from concurrent.futures import Future
-from pathlib import Path
 from typing import Any, Self
 
 import psycopg
@@ -36,11 +35,10 @@ import oncelog
 from oncelog.store import create_engine, log
 from oncelog.store.records import RecordIn
 from oncelog.types import RecordMetadata
-from tests.support import child_env
+from tests.support import REPO, child_env
 from tests.support.append_child import Plan, plan, write_plan
 from tests.support.logcheck import read_partition, sslmode_disable
 
-REPO = Path(__file__).resolve().parents[1]
 #: Bound on how long the readers may take to catch up once the writers are done.
 CATCH_UP_SECONDS = 60.0
 

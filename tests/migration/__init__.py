@@ -1,0 +1,1 @@
+"""Migration tests: round trips, frozen revisions, exact downgrades, and head equal to store/sql."""
