@@ -12,6 +12,11 @@ robin) and a background thread heartbeats; a new generation seen by a heartbeat 
 next poll (``on_revoke`` / ``on_assign`` run there, on the caller's thread). Positions of newly
 assigned partitions start from the group's committed offsets, waiting while a transaction holds
 pending offsets for them (KIP-447), so a new owner never starts from a stale offset.
+
+The Consumer is the public API wiring its parts, as Kafka's KafkaConsumer does:
+:class:`oncelog.positions.SubscriptionState` (assignment, positions, pauses: bookkeeping, no
+I/O), :class:`oncelog.membership.ConsumerCoordinator` (join, heartbeat, rebalance, leave) and
+:class:`oncelog.fetcher.Fetcher` (poll's connection and its read ahead).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from operator import itemgetter
 from typing import Any
 
@@ -27,18 +32,20 @@ from oncelog import errors, validate
 from oncelog.client import Client
 from oncelog.errors import ConfigurationError, UnknownTopicOrPartitionError
 from oncelog.fetcher import Fetcher
+from oncelog.membership import ConsumerCoordinator, DatabaseGroupStore, RebalanceCallback
 from oncelog.metrics import WindowedRate
+from oncelog.positions import RESETS, NoOffsetForPartitionError, SubscriptionState
 from oncelog.serde import Deserializer, deserialize_bytes, resolve_deserializer
 from oncelog.store import groups, log
 from oncelog.store.engine import DEFAULT_SCHEMA
-from oncelog.store.groups import Membership
 from oncelog.store.records import PartitionFetch
 from oncelog.types import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, TopicPartition
 
 logger = logging.getLogger(__name__)
 
+__all__ = ["Consumer", "NoOffsetForPartitionError", "RebalanceCallback"]
+
 _ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
-_RESETS = ("earliest", "latest", "none")
 _ASSIGNORS = ("range", "roundrobin")
 #: Kafka's request.timeout.ms default: the statement and lock timeout of every consumer connection.
 _REQUEST_TIMEOUT_MS = 30_000
@@ -48,12 +55,6 @@ _FETCH_GRACE_S = 1.0
 #: A record's value by position, in a FetchedRecord and in a ConsumerRecord (bytes-consumed metric).
 _VALUE = itemgetter(2)
 _TAGGED_VALUE = itemgetter(4)
-
-RebalanceCallback = Callable[[set[TopicPartition]], None]
-
-
-class NoOffsetForPartitionError(ConfigurationError):
-    """The consumer has no position for a partition and auto_offset_reset is 'none'."""
 
 
 class Consumer(Client):
@@ -112,8 +113,8 @@ class Consumer(Client):
             raise ConfigurationError(f"enable_auto_commit must be True, False or None, not {enable_auto_commit!r}")
         if isolation_level not in _ISOLATION_LEVELS:
             raise ConfigurationError(f"isolation_level must be one of {_ISOLATION_LEVELS}, not {isolation_level!r}")
-        if auto_offset_reset not in _RESETS:
-            raise ConfigurationError(f"auto_offset_reset must be one of {_RESETS}, not {auto_offset_reset!r}")
+        if auto_offset_reset not in RESETS:
+            raise ConfigurationError(f"auto_offset_reset must be one of {RESETS}, not {auto_offset_reset!r}")
         if partition_assignment_strategy not in _ASSIGNORS:
             raise ConfigurationError(f"partition_assignment_strategy must be one of {_ASSIGNORS}")
         if max_poll_records < 1:
@@ -144,23 +145,15 @@ class Consumer(Client):
         self._client_id = client_id
         self._auto_commit = group_id is not None if enable_auto_commit is None else enable_auto_commit
         self._auto_commit_interval = auto_commit_interval_ms / 1000
-        self._reset = auto_offset_reset
-        self._session_timeout_ms = session_timeout_ms
-        self._heartbeat_interval = heartbeat_interval_ms / 1000
-        self._max_poll_interval = max_poll_interval_ms / 1000
         self._max_poll_records = max_poll_records
         self._read_ahead = read_ahead
-        self._assignor = partition_assignment_strategy
         self._api_timeout = default_api_timeout_ms / 1000
         self._min_backoff = fetch_min_backoff_ms / 1000
         self._max_backoff = fetch_max_backoff_ms / 1000
         self._key_de = resolve_deserializer(key_deserializer)
         self._value_de = resolve_deserializer(value_deserializer)
         self._raw_records = self._key_de is deserialize_bytes and self._value_de is deserialize_bytes
-        self._assignment: list[TopicPartition] = []
-        self._positions: dict[TopicPartition, int] = {}
-        self._paused: set[TopicPartition] = set()
-        self._awaiting: set[TopicPartition] = set()  # positions to be taken from committed offsets
+        self._subscriptions = SubscriptionState(auto_offset_reset)
         self._next = 0  # round-robin start, so one busy partition cannot starve the others
         # poll()'s kept connection and its read ahead (see oncelog.fetcher). The store hands
         # bytes over, so the default deserializers would only check them again: with both, it
@@ -185,31 +178,32 @@ class Consumer(Client):
         self._records_rate = WindowedRate()
         self._fetch_rate = WindowedRate()
 
-        # Group state. The heartbeat thread writes _pending/_rejoin/_fatal under _group_lock; the
-        # caller's thread applies them in poll().
-        self._group_lock = threading.Lock()
-        self._subscription: list[str] | None = None
-        self._on_assign: RebalanceCallback | None = None
-        self._on_revoke: RebalanceCallback | None = None
-        self._member: Membership | None = None
-        self._pending: Membership | None = None
-        self._rejoin = False
-        self._fatal: errors.OncelogError | None = None
-        self._last_poll = time.monotonic()
+        # Group membership (with a group_id): the heartbeat thread is the coordinator's.
+        self._coordinator: ConsumerCoordinator | None = None
+        if group_id is not None:
+            self._coordinator = ConsumerCoordinator(
+                DatabaseGroupStore(self._request),
+                self._subscriptions,
+                group_id=group_id,
+                group_instance_id=group_instance_id,
+                client_id=client_id,
+                session_timeout_ms=session_timeout_ms,
+                heartbeat_interval=heartbeat_interval_ms / 1000,
+                max_poll_interval=max_poll_interval_ms / 1000,
+                assignor=partition_assignment_strategy,
+                fill_positions=lambda partitions: self._initial_positions(partitions, wait=False),
+            )
         self._last_auto_commit = time.monotonic()
-        self._stop = threading.Event()
-        self._heartbeat_thread: threading.Thread | None = None
 
     # --- assignment and positions -----------------------------------------------------------
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Read exactly these partitions (replacing any earlier assignment); no group membership."""
-        if self._subscription is not None:
+        if self._coordinator is not None and self._coordinator.subscription is not None:
             raise errors.IllegalStateError("this consumer subscribed; unsubscribe() before assign()")
         wanted = validate.topic_partitions(partitions)
         self._bounds(wanted)  # raises for unknown partitions
-        self._set_assignment(wanted)
-        self._awaiting |= {tp for tp in self._assignment if tp not in self._positions}
+        self._subscriptions.assign(wanted)
 
     def subscribe(
         self,
@@ -222,7 +216,7 @@ class Consumer(Client):
         ``on_revoke(partitions)`` and ``on_assign(partitions)`` run on the caller's thread when a
         rebalance takes partitions away or hands new ones over (at subscribe and in poll).
         """
-        if self.group_id is None:
+        if self._coordinator is None:
             raise ConfigurationError("subscribe() needs a group_id")
         if isinstance(topics, str | bytes) or not isinstance(topics, Iterable):
             raise ConfigurationError(f"subscribe to an iterable of topic names, not {topics!r}")
@@ -231,30 +225,21 @@ class Consumer(Client):
             raise ConfigurationError("subscribe to one or more topic names")
         validate.callback("on_assign", on_assign)
         validate.callback("on_revoke", on_revoke)
-        self._subscription = names
-        self._on_assign, self._on_revoke = on_assign, on_revoke
-        self._join()
-        if self._heartbeat_thread is None:
-            self._heartbeat_thread = threading.Thread(
-                target=self._heartbeat_loop, name="oncelog-consumer-heartbeat", daemon=True
-            )
-            self._heartbeat_thread.start()
+        self._coordinator.subscribe(names, on_assign, on_revoke)
 
     def unsubscribe(self) -> None:
         """Leave the group and drop the assignment."""
-        self._leave()
-        self._subscription = None
-        self._set_assignment([])
+        if self._coordinator is not None:
+            self._coordinator.unsubscribe()
+        self._subscriptions.assign([])
 
     def assignment(self) -> set[TopicPartition]:
         """The partitions this consumer reads now."""
-        return set(self._assignment)
+        return set(self._subscriptions.partitions)
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Read ``partition`` from ``offset`` at the next poll."""
-        tp = self._assigned(partition)
-        self._positions[tp] = validate.offset("offset", offset)
-        self._awaiting.discard(tp)
+        self._subscriptions.seek(partition, offset)
 
     def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         """Read from the log start of these (default: all assigned) partitions."""
@@ -266,10 +251,13 @@ class Consumer(Client):
 
     def position(self, partition: TopicPartition) -> int:
         """The offset of the next record poll will return for ``partition``."""
-        tp = self._assigned(partition)
-        if tp not in self._positions:
+        tp = self._subscriptions.assigned(partition)
+        if self._subscriptions.position(tp) is None:
             self._initial_positions([tp], wait=True)
-        return self._positions[tp]
+        position = self._subscriptions.position(tp)
+        if position is None:  # the wait above raises rather than leave it unknown
+            raise errors.IllegalStateError(f"no position for {tp}")
+        return position
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The log start offset of each partition."""
@@ -282,15 +270,15 @@ class Consumer(Client):
 
     def pause(self, partitions: Iterable[TopicPartition]) -> None:
         """Stop returning records from these partitions until resumed."""
-        self._paused |= {self._assigned(tp) for tp in validate.topic_partitions(partitions)}
+        self._subscriptions.pause(partitions)
 
     def resume(self, partitions: Iterable[TopicPartition]) -> None:
         """Return records from these partitions again."""
-        self._paused -= set(validate.topic_partitions(partitions))
+        self._subscriptions.resume(partitions)
 
     def paused(self) -> set[TopicPartition]:
         """The paused partitions."""
-        return set(self._paused)
+        return self._subscriptions.paused()
 
     # --- offsets ----------------------------------------------------------------------------
 
@@ -302,11 +290,11 @@ class Consumer(Client):
         """
         group_id = self._require_group()
         if offsets is None:
-            offsets = {tp: pos for tp, pos in self._positions.items() if tp in self._assignment}
+            offsets = self._subscriptions.positions()
         wanted = validate.offset_map(offsets)
         if not wanted:
             return
-        member = self._member
+        member = self._membership()
         started = time.monotonic()
         with self._request() as conn:
             groups.offset_commit(
@@ -332,7 +320,7 @@ class Consumer(Client):
     def group_metadata(self) -> ConsumerGroupMetadata:
         """This member's identity, for ``Producer.send_offsets_to_transaction``."""
         group_id = self._require_group()
-        member = self._member
+        member = self._membership()
         if member is None:
             raise errors.IllegalStateError("not a group member: subscribe() first")
         return ConsumerGroupMetadata(group_id, member.generation, member.member_id, self._instance_id)
@@ -353,14 +341,15 @@ class Consumer(Client):
         deadline = time.monotonic() + max(wait, 0.0)
         backoff = self._min_backoff
         while True:
-            self._last_poll = time.monotonic()
-            self._group_step()
+            if self._coordinator is not None:
+                self._coordinator.poll()
             # Before the fetch, as Kafka does: what is committed is what earlier polls returned
             # (which the application has had), never the records this poll is about to return,
             # so a crash after poll() returns re-delivers them (at least once) instead of losing them.
             self._maybe_auto_commit()
-            if self._awaiting:
-                self._initial_positions(list(self._awaiting), wait=False)
+            awaiting = self._subscriptions.awaiting()
+            if awaiting:
+                self._initial_positions(awaiting, wait=False)
             records = self._fetch_once(deadline)
             remaining = deadline - time.monotonic()
             if records or remaining <= 0:
@@ -369,7 +358,8 @@ class Consumer(Client):
             backoff = min(backoff * 2, self._max_backoff)
 
     def _fetch_once(self, deadline: float) -> list[ConsumerRecord]:
-        active = [tp for tp in self._assignment if tp not in self._paused and tp in self._positions]
+        subscriptions = self._subscriptions
+        active = subscriptions.fetchable()
         if not active:
             return []
         start = self._next % len(active)
@@ -379,7 +369,8 @@ class Consumer(Client):
         # The budget is split between partitions inside the one fetch (not cut from its result),
         # so the all-or-none guarantee for transactions covers exactly what poll returns.
         per_partition = max(1, self._max_poll_records // len(order))
-        positions: dict[tuple[str, int], int] = {tp: self._positions[tp] for tp in order}
+        now_at = subscriptions.positions()
+        positions: dict[tuple[str, int], int] = {tp: now_at[tp] for tp in order}
         started = time.monotonic()
         try:
             # Bounded by poll's timeout (plus a grace for the fetch itself): on a stalled network
@@ -410,7 +401,7 @@ class Consumer(Client):
             if part.error == "offset_out_of_range":
                 # Retention moved the log start past our position (or a seek went past the end):
                 # reset as Kafka does, by auto_offset_reset.
-                self._reset_position(tp)
+                subscriptions.reset([tp], self._bounds)
                 continue
             if part.records:
                 if self._raw_records:
@@ -436,14 +427,15 @@ class Consumer(Client):
             if not part.records and part.read_limit is not None:
                 # Nothing visible before where this read stopped: only markers (and aborted
                 # records) were there. Never past read_limit: records beyond it were withheld.
-                advanced[tp] = max(self._positions[tp], part.read_limit)
+                advanced[tp] = max(now_at[tp], part.read_limit)
         # Positions move only once every record of this poll is built: a deserializer that fails
         # leaves them where they were, so nothing is skipped unseen.
-        self._positions.update(advanced)
+        subscriptions.advance(advanced)
         if self._read_ahead and out and not expired and len(advanced) == len(order):
             # Records are flowing (and no partition needs a reset): the next fetch, from these
             # positions, runs while the application processes this poll's records.
-            self._fetcher.read_ahead({tp: self._positions[tp] for tp in order}, per_partition, read_committed)
+            ahead: dict[tuple[str, int], int] = {tp: advanced[tp] for tp in order}
+            self._fetcher.read_ahead(ahead, per_partition, read_committed)
         self._record_fetch(result, out, fetch_ms, read_committed)
         return out
 
@@ -467,8 +459,9 @@ class Consumer(Client):
                 # Lag as Kafka's records-lag: from the position to the end this reader can read.
                 end = part.last_stable_offset if read_committed else part.high_watermark
                 tp = TopicPartition(topic, partition)
-                if end is not None and tp in self._positions:
-                    self._lag[tp] = max(end - self._positions[tp], 0)
+                position = self._subscriptions.position(tp)
+                if end is not None and position is not None:
+                    self._lag[tp] = max(end - position, 0)
         self._records_rate.record(len(records))
         self._fetch_rate.record()
 
@@ -483,7 +476,7 @@ class Consumer(Client):
         """
         with self._metrics_lock:
             m = dict(self._metrics)
-            lags = [lag for tp, lag in self._lag.items() if tp in self._assignment]
+            lags = [lag for tp, lag in self._lag.items() if self._subscriptions.is_assigned(tp)]
         fetches = m["fetch_total"] or 1
         m["fetch_latency_avg_ms"] = m.pop("fetch_latency_total_ms") / fetches
         m["records_per_request_avg"] = m["records_consumed_total"] / fetches
@@ -497,28 +490,28 @@ class Consumer(Client):
         """Per assigned partition: ``records_lag`` (as in :meth:`metrics`) and ``position``."""
         with self._metrics_lock:
             lag = dict(self._lag)
-        return {
-            (tp.topic, tp.partition): {"records_lag": float(lag[tp]), "position": float(self._positions[tp])}
-            for tp in self._assignment
-            if tp in lag and tp in self._positions
-        }
+        out: dict[tuple[str, int], dict[str, float]] = {}
+        for tp in self._subscriptions.partitions:
+            position = self._subscriptions.position(tp)
+            if tp in lag and position is not None:
+                out[(tp.topic, tp.partition)] = {"records_lag": float(lag[tp]), "position": float(position)}
+        return out
 
     def close(self) -> None:
         """Commit (with auto-commit), leave the group (a static member keeps its place until its
         session times out, so a restart does not rebalance), and release everything."""
         if self._closed:
             return
-        self._stop.set()
-        if self._heartbeat_thread is not None:
-            self._heartbeat_thread.join(10)
+        if self._coordinator is not None:
+            self._coordinator.stop()
         try:
-            if self._auto_commit and self._member is not None and self._positions:
+            if self._auto_commit and self._membership() is not None and self._subscriptions.positions():
                 self.commit()
         except errors.OncelogError:
             logger.warning("the final auto-commit failed", exc_info=True)
-        if self._instance_id is None:
+        if self._instance_id is None and self._coordinator is not None:
             try:
-                self._leave()
+                self._coordinator.leave()
             except errors.OncelogError:
                 logger.warning("leaving the group failed", exc_info=True)
         self._fetcher.close()
@@ -531,135 +524,10 @@ class Consumer(Client):
             raise ConfigurationError("this consumer has no group_id")
         return self.group_id
 
-    def _join(self) -> None:
-        assert self.group_id is not None and self._subscription is not None  # subscribe() checked
-        member = self._member
-        with self._request() as conn:
-            try:
-                joined = groups.join_group(
-                    conn,
-                    group_id=self.group_id,
-                    topics=self._subscription,
-                    session_timeout_ms=self._session_timeout_ms,
-                    assignor=self._assignor,
-                    member_id=member.member_id if member else None,
-                    group_instance_id=self._instance_id,
-                    client_id=self._client_id,
-                )
-            except errors.UnknownMemberIdError:
-                # Removed meanwhile (session timeout): join as a new member.
-                joined = groups.join_group(
-                    conn,
-                    group_id=self.group_id,
-                    topics=self._subscription,
-                    session_timeout_ms=self._session_timeout_ms,
-                    assignor=self._assignor,
-                    group_instance_id=self._instance_id,
-                    client_id=self._client_id,
-                )
-        with self._group_lock:
-            self._rejoin = False
-            self._pending = None
-        if self._assignment and (member is None or joined.member_id != member.member_id):
-            # A new member id (we left, or were removed): whatever we owned may have been read and
-            # committed by others meanwhile. Revoke everything, so the positions of partitions we
-            # get back come from the group's committed offsets, not from our stale ones.
-            self._revoke_all()
-        self._apply_membership(joined)
-
-    def _leave(self) -> None:
-        member, self._member = self._member, None
-        if member is not None and self.group_id is not None:
-            with self._request() as conn:
-                groups.leave_group(conn, group_id=self.group_id, member_id=member.member_id)
-
-    def _group_step(self) -> None:
-        """On the caller's thread: surface a fatal group error, rejoin, or apply a new generation."""
-        if self._subscription is None:
-            return
-        with self._group_lock:
-            fatal, rejoin, pending = self._fatal, self._rejoin, self._pending
-            self._pending = None
-        if fatal is not None:
-            raise fatal
-        if rejoin:
-            self._join()
-        elif pending is not None and (self._member is None or pending.generation != self._member.generation):
-            self._apply_membership(pending)
-
-    def _revoke_all(self) -> None:
-        old = set(self._assignment)
-        if old and self._on_revoke is not None:
-            self._on_revoke(old)
-        self._set_assignment([])
-        self._positions.clear()
-
-    def _apply_membership(self, membership: Membership) -> None:
-        if self._member is not None and membership.generation > self._member.generation + 1:
-            # Generations were missed: a partition may have moved away and back meanwhile (its
-            # other owner reading and committing). Start again from the group's committed offsets.
-            self._revoke_all()
-        old = set(self._assignment)
-        new = {TopicPartition(t, p) for t, p in membership.assignment}
-        revoked, added = old - new, new - old
-        if revoked and self._on_revoke is not None:
-            self._on_revoke(revoked)
-        self._member = membership
-        self._set_assignment(sorted(new))
-        self._awaiting |= added
-        self._initial_positions(list(added), wait=False)
-        if added and self._on_assign is not None:
-            self._on_assign(added)
-
-    def _heartbeat_loop(self) -> None:
-        while not self._stop.wait(self._heartbeat_interval):
-            member = self._member
-            if member is None or self.group_id is None:
-                continue
-            if time.monotonic() - self._last_poll > self._max_poll_interval:
-                # Like Kafka: a member that stopped polling leaves, so its partitions move on;
-                # the next poll rejoins.
-                logger.warning("no poll for max_poll_interval_ms: leaving group %s", self.group_id)
-                try:
-                    self._leave()
-                except errors.OncelogError:
-                    logger.debug("leaving after max_poll_interval_ms failed", exc_info=True)
-                with self._group_lock:
-                    self._rejoin = True
-                continue
-            try:
-                with self._request() as conn:
-                    seen = groups.heartbeat(
-                        conn, group_id=self.group_id, member_id=member.member_id, group_instance_id=self._instance_id
-                    )
-            except errors.UnknownMemberIdError:
-                with self._group_lock:
-                    self._rejoin = True
-            except errors.FencedInstanceIdError as exc:
-                with self._group_lock:
-                    self._fatal = exc
-                return
-            except errors.OncelogError:
-                logger.debug("heartbeat failed; retrying", exc_info=True)
-            else:
-                if seen.generation != member.generation:
-                    with self._group_lock:
-                        self._pending = seen
+    def _membership(self) -> groups.Membership | None:
+        return None if self._coordinator is None else self._coordinator.member
 
     # --- helpers ----------------------------------------------------------------------------
-
-    def _set_assignment(self, partitions: list[TopicPartition]) -> None:
-        self._assignment = list(dict.fromkeys(partitions))
-        keep = set(self._assignment)
-        self._positions = {tp: pos for tp, pos in self._positions.items() if tp in keep}
-        self._paused &= keep
-        self._awaiting &= keep
-
-    def _assigned(self, partition: TopicPartition) -> TopicPartition:
-        tp = validate.topic_partition(partition)
-        if tp not in self._assignment:
-            raise ConfigurationError(f"partition {tp} is not assigned to this consumer")
-        return tp
 
     def _bounds(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
         wanted = validate.topic_partitions(partitions)
@@ -679,16 +547,9 @@ class Consumer(Client):
         return out
 
     def _seek_to(self, partitions: Iterable[TopicPartition] | None, *, end: bool) -> None:
-        given = self._assignment if partitions is None else validate.topic_partitions(partitions)
-        tps = [self._assigned(tp) for tp in given]
-        for tp, (start, hw) in self._bounds(tps).items():
-            self._positions[tp] = hw if end else start
-            self._awaiting.discard(tp)
-
-    def _reset_position(self, tp: TopicPartition) -> None:
-        if self._reset == "none":
-            raise NoOffsetForPartitionError(f"no position for {tp} and auto_offset_reset is 'none'")
-        self._seek_to([tp], end=self._reset == "latest")
+        given = self._subscriptions.partitions if partitions is None else validate.topic_partitions(partitions)
+        tps = [self._subscriptions.assigned(tp) for tp in given]
+        self._subscriptions.seek_to(self._bounds(tps), end=end)
 
     def _initial_positions(self, partitions: list[TopicPartition], *, wait: bool) -> None:
         """Positions from the group's committed offsets (else auto_offset_reset). A partition whose
@@ -697,19 +558,10 @@ class Consumer(Client):
         if not partitions:
             return
         if self.group_id is None:
-            for tp in partitions:
-                self._reset_position(tp)
-                self._awaiting.discard(tp)
+            self._subscriptions.reset(partitions, self._bounds)
             return
         found = self._fetch_committed(self.group_id, partitions, wait=wait)
-        for tp in partitions:
-            if tp in found:
-                committed = found[tp]
-                if committed is None:
-                    self._reset_position(tp)
-                else:
-                    self._positions[tp] = committed.offset
-                self._awaiting.discard(tp)
+        self._subscriptions.reset(self._subscriptions.apply_committed(partitions, found), self._bounds)
 
     def _fetch_committed(
         self, group_id: str, partitions: list[TopicPartition], *, wait: bool
@@ -742,7 +594,7 @@ class Consumer(Client):
         return out
 
     def _maybe_auto_commit(self) -> None:
-        if not self._auto_commit or self._member is None:
+        if not self._auto_commit or self._membership() is None:
             return
         now = time.monotonic()
         if now - self._last_auto_commit < self._auto_commit_interval:
@@ -757,4 +609,3 @@ class Consumer(Client):
 def _fetch_bound(deadline: float, now: float) -> float:
     """Seconds a fetch may take so that poll returns by its deadline plus the grace."""
     return max(deadline - now, 0.0) + _FETCH_GRACE_S
-
