@@ -8,7 +8,7 @@ loads the example from its file and calls its ``run`` (ONCELOG_DATABASE_URL set)
 transactional id of its own. A seeded random plan of actions, drawn up front, does at each step
 one of (the victim is whichever member the store first shows with a transaction open):
 
-* ``kill``: SIGKILL a member as soon as the store shows its transaction Ongoing, then restart it
+* ``kill``: SIGKILL a member frozen (SIGSTOP) while the store shows its transaction Ongoing, then restart it
   with the same transactional id (its init_transactions aborts the dead one's transaction; its
   dead consumer leaves the group at its session timeout, and the partitions' new owners wait for
   the pending offsets);
@@ -55,6 +55,8 @@ IDLE_EXIT = 6.0
 #: Bounds on waiting; never assertions on speed.
 WAIT = 90.0
 OPEN_WAIT = 5.0
+#: How many times a kill waits for, and freezes, a member in an open transaction before it gives up.
+OPEN_TRIES = 10
 #: The plans run (ONCELOG_PIPELINE_SEEDS=1,2,3 to run others, e.g. to replay a failure).
 SEEDS = [int(s) for s in os.environ.get("ONCELOG_PIPELINE_SEEDS", "447").split(",")]
 
@@ -163,6 +165,25 @@ class Pipeline:
             time.sleep(0.002)
         return None
 
+    def _stopped_in_open_txn(self, candidates: list[Member]) -> Member | None:
+        """A member frozen (SIGSTOP) while its transaction is open, or None after a few tries.
+
+        Seeing a transaction Ongoing and then killing its member races with the member's own
+        commit: a short transaction can end in between, and the kill then lands between
+        transactions. Stopped, the member sends nothing more; a call it had already sent (its
+        commit) finishes within the pause, so a transaction still Ongoing after it stays open until
+        the kill."""
+        for _ in range(OPEN_TRIES):
+            victim = self.wait_open(candidates)
+            if victim is None:
+                return None
+            os.kill(victim.proc.pid, signal.SIGSTOP)
+            time.sleep(0.1)
+            if self.txn_open(victim.tid):
+                return victim  # killed stopped: SIGKILL needs no SIGCONT
+            os.kill(victim.proc.pid, signal.SIGCONT)
+        return None
+
     def committed(self) -> dict[int, int]:
         rows = self.query(
             "SELECT partition, committed_offset FROM group_offsets WHERE group_id = %(g)s AND topic = %(t)s",
@@ -185,7 +206,7 @@ class Pipeline:
 
     def kill(self, rng: random.Random) -> None:
         candidates = self.running()
-        victim = self.wait_open(candidates) or rng.choice(candidates)
+        victim = self._stopped_in_open_txn(candidates) or rng.choice(candidates)
         os.kill(victim.proc.pid, signal.SIGKILL)
         victim.proc.wait(30)
         victim.ended = "killed"
