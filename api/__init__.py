@@ -4,6 +4,8 @@ Producer, Consumer and Admin are shaped like Kafka's clients; every error raised
 :class:`oncelog.errors.OncelogError`, marked retriable, abortable or fatal like Kafka's.
 """
 
+import pkgutil
+
 from oncelog import errors
 from oncelog.admin import Admin
 from oncelog.consumer import Consumer
@@ -16,6 +18,11 @@ from oncelog.types import (
     RecordMetadata,
     TopicPartition,
 )
+
+# oncelog.verify ships in its own distribution (oncelog-verify, the `verify` extra), which may be
+# installed into another folder than this package (editable installs each have their own): look
+# for oncelog's subpackages in every oncelog folder on sys.path, not only this one.
+__path__ = pkgutil.extend_path(__path__, __name__)
 
 __version__ = "0.1.0"
 

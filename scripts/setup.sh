@@ -2,7 +2,7 @@
 # Installs what oncelog needs on a Debian/Ubuntu machine, then the project into .venv.
 # Idempotent: installs only what is missing, and is quick when everything is there.
 #   apt: PostgreSQL server binaries, a Java runtime and the PostgreSQL JDBC driver (for Spark)
-#   pip: a virtual environment with oncelog and its dev and spark extras
+#   pip: a virtual environment with oncelog, its extras (dev, spark, metrics, bench) and oncelog-verify
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,16 +31,19 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # The full install runs when pyproject.toml changed; otherwise only the (fast) re-link of the
 # package, which strict editable mode needs to see files added since the last install.
-stamp=.venv/.oncelog-deps-$(sha256sum pyproject.toml | cut -c1-16)
+stamp=.venv/.oncelog-deps-$(cat pyproject.toml verify/pyproject.toml | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   echo "setup: installing Python dependencies into .venv"
   .venv/bin/python -m pip install -q --upgrade pip "setuptools>=77" wheel
-  .venv/bin/python -m pip install -q -e ".[dev,spark,metrics,bench]" --config-settings editable_mode=strict
+  # oncelog-verify (folder verify/, the `verify` extra) is its own distribution: installed from
+  # here in the same call, it is what satisfies the extra.
+  .venv/bin/python -m pip install -q -e ./verify -e ".[dev,spark,metrics,bench,verify]" \
+    --config-settings editable_mode=strict
   rm -f .venv/.oncelog-deps-*
   touch "$stamp"
 else
   log=$(mktemp)
-  if ! .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e . \
+  if ! .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e . -e ./verify \
       --config-settings editable_mode=strict >"$log" 2>&1; then
     cat "$log" >&2
     rm -f "$log"

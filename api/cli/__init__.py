@@ -24,13 +24,25 @@ from oncelog.cli.groups import groups
 from oncelog.cli.spark import spark
 from oncelog.cli.topics import producers, topics
 from oncelog.cli.txns import txns
-from oncelog.cli.verify import verify
-from oncelog.errors import OncelogError
+from oncelog.errors import ConfigurationError, OncelogError
 from oncelog.store.engine import DEFAULT_SCHEMA
 from oncelog.store.errors import translate
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """oncelog's commands, with ``verify`` looked up only when asked for: it comes from the
+    optional oncelog-verify distribution, which itself builds on this package's CLI."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), "verify"])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name == "verify":
+            return _verify_command()
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--database-url",
     envvar="ONCELOG_DATABASE_URL",
@@ -82,7 +94,32 @@ cli.add_command(consume)
 cli.add_command(txns)
 cli.add_command(groups)
 cli.add_command(acls)
-cli.add_command(verify)
+
+def _verify_command() -> click.Command:
+    """``oncelog verify`` from the oncelog-verify distribution, or, when that optional part is
+    not installed, a command of the same name that says how to install it."""
+    try:
+        from oncelog.verify.cli import verify  # noqa: PLC0415 (an optional part: imported only if present)
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("oncelog.verify", "oncelog.verify.cli"):
+            raise
+    else:
+        return verify
+
+    @click.command(
+        name="verify",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
+        add_help_option=False,
+    )
+    def missing() -> None:
+        """Check the exactly-once promise under faults (needs the verify extra: pip install 'oncelog[verify]')."""
+        raise ConfigurationError(
+            "oncelog verify is an optional part that is not installed: pip install 'oncelog[verify]' "
+            "(from a checkout: pip install ./verify)"
+        )
+
+    return missing
+
 
 
 def main() -> None:

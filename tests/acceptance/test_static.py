@@ -18,7 +18,7 @@ def _run(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_mypy_strict() -> None:
-    result = _run("mypy", "-p", "oncelog")
+    result = _run("mypy", "-p", "oncelog", "-p", "oncelog.verify")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
