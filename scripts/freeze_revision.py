@@ -6,9 +6,9 @@ editing it, run this script: it builds two scratch databases on a PostgreSQL ser
 head revision (the migrations) and one at head with everything ``store/sql`` defines loaded in
 place of the migrations' text, compares their catalogues, and writes
 
-* ``migrations/versions/sql/<NNNN>_<name>.up.sql``: the changed, added and dropped functions as
-  ``store/sql`` defines them (with their comments and grants); a change to a view, trigger,
-  policy or table grant is reported, to be written into the files by hand,
+* ``migrations/versions/sql/<NNNN>_<name>.up.sql``: the changed, added and dropped functions,
+  views, triggers and policies as ``store/sql`` defines them (with their comments and grants),
+  and the changed grants on tables,
 * ``migrations/versions/sql/<NNNN>_<name>.down.sql``: the same objects as the current head has
   them, so the downgrade restores them exactly,
 * ``migrations/versions/<NNNN>_<name>.py``: the revision, applying those files
@@ -104,31 +104,142 @@ def _functions(url: str) -> dict[str, dict[str, Any]]:
     return {r[0]: {"def": r[1], "comment": r[2], "acl": r[3]} for r in rows}
 
 
-def _others(url: str) -> dict[str, Any]:
-    """Views, triggers, the policy and table grants: what this script does not freeze (yet)."""
-    with psycopg.connect(_libpq(url)) as conn:
-        return {
-            "views": conn.execute(
-                "SELECT c.relname, pg_get_viewdef(c.oid), c.reloptions::text, obj_description(c.oid, 'pg_class') "
-                "FROM pg_class c WHERE c.relnamespace = %s::regnamespace AND c.relkind = 'v' ORDER BY 1",
-                (SCHEMA,),
-            ).fetchall(),
-            "grants": conn.execute(
-                "SELECT c.relname, coalesce(c.relacl, acldefault('r'::\"char\", c.relowner))::text FROM pg_class c "
-                "WHERE c.relnamespace = %s::regnamespace AND c.relkind IN ('r', 'v') ORDER BY 1",
-                (SCHEMA,),
-            ).fetchall(),
-            "triggers": conn.execute(
-                "SELECT t.tgname, pg_get_triggerdef(t.oid) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
-                "WHERE c.relnamespace = %s::regnamespace AND NOT t.tgisinternal ORDER BY 1",
-                (SCHEMA,),
-            ).fetchall(),
-            "policies": conn.execute(
-                "SELECT p.polname, pg_get_expr(p.polqual, p.polrelid) FROM pg_policy p JOIN pg_class c "
-                "ON c.oid = p.polrelid WHERE c.relnamespace = %s::regnamespace ORDER BY 1",
-                (SCHEMA,),
-            ).fetchall(),
-        }
+_PRIVILEGES = {"r": "SELECT", "a": "INSERT", "w": "UPDATE", "d": "DELETE", "D": "TRUNCATE", "x": "REFERENCES",
+               "t": "TRIGGER", "m": "MAINTAIN"}
+_POLICY_COMMANDS = {"r": "SELECT", "a": "INSERT", "w": "UPDATE", "d": "DELETE", "*": "ALL"}
+
+
+def _others(url: str) -> dict[str, dict[str, tuple[Any, ...]]]:
+    """Views (in creation order), triggers, policies and table grants, by kind then name, each as
+    the statements' parts. Read with the schema on the search path, so that nothing is qualified
+    with its name."""
+    with psycopg.connect(_libpq(url), options=f"-c search_path={SCHEMA},pg_temp") as conn:
+        ns = (SCHEMA,)
+        views = conn.execute(
+            "SELECT c.relname, pg_get_viewdef(c.oid), c.reloptions, obj_description(c.oid, 'pg_class'), "
+            "c.relacl::text[], c.relowner::regrole::text, "
+            "ARRAY(SELECT ARRAY[quote_ident(a.attname), col_description(c.oid, a.attnum)] FROM pg_attribute a "
+            "      WHERE a.attrelid = c.oid AND a.attnum > 0 AND col_description(c.oid, a.attnum) IS NOT NULL "
+            "      ORDER BY a.attnum) "
+            "FROM pg_class c WHERE c.relnamespace = %s::regnamespace AND c.relkind = 'v' ORDER BY c.oid",
+            ns,
+        ).fetchall()
+        triggers = conn.execute(
+            "SELECT t.tgname, c.relname, pg_get_triggerdef(t.oid), obj_description(t.oid, 'pg_trigger') "
+            "FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+            "WHERE c.relnamespace = %s::regnamespace AND NOT t.tgisinternal ORDER BY 1",
+            ns,
+        ).fetchall()
+        policies = conn.execute(
+            "SELECT p.polname, c.relname, p.polpermissive, p.polcmd::text, "
+            "ARRAY(SELECT CASE r WHEN 0 THEN 'public' ELSE r::regrole::text END FROM unnest(p.polroles) r), "
+            "pg_get_expr(p.polqual, p.polrelid), pg_get_expr(p.polwithcheck, p.polrelid), "
+            "obj_description(p.oid, 'pg_policy') "
+            "FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid WHERE c.relnamespace = %s::regnamespace "
+            "ORDER BY 1",
+            ns,
+        ).fetchall()
+        tables = conn.execute(
+            "SELECT c.relname, c.relacl::text[], c.relowner::regrole::text FROM pg_class c "
+            "WHERE c.relnamespace = %s::regnamespace AND c.relkind = 'r' ORDER BY 1",
+            ns,
+        ).fetchall()
+    return {
+        "views": {r[0]: tuple(r[1:]) for r in views},
+        "triggers": {r[0]: tuple(r[1:]) for r in triggers},
+        "policies": {r[0]: tuple(r[1:]) for r in policies},
+        "table grants": {r[0]: tuple(r[1:]) for r in tables},
+    }
+
+
+def _literal(text: str | None) -> str:
+    return "NULL" if text is None else "'" + text.replace("'", "''") + "'"
+
+
+def _roles(text: str) -> str:
+    """The schema's roles as the frozen files name them."""
+    return re.sub(rf"\b{SCHEMA}_({'|'.join(ROLES)})\b", r"@schema@_\1", text)
+
+
+def _grants(kind: str, name: str, acl: list[str] | None, owner: str) -> list[str]:
+    """REVOKE everything from the roles and PUBLIC, then GRANT what ``acl`` holds (the owner keeps
+    its implicit rights, so its own entry is left out)."""
+    grantees = ", ".join(["PUBLIC", *(f"@schema@_{role}" for role in ROLES)])
+    out = [f"REVOKE ALL ON {kind} {name} FROM {grantees};"]
+    for item in acl or []:
+        grantee, _, rights = item.partition("=")
+        if grantee == owner:
+            continue
+        privileges = [_PRIVILEGES[c] for c in rights.split("/")[0] if c in _PRIVILEGES]
+        if privileges:
+            out.append(f"GRANT {', '.join(privileges)} ON {kind} {name} TO {_roles(grantee) or 'PUBLIC'};")
+    return out
+
+
+def _view(name: str, parts: tuple[Any, ...]) -> list[str]:
+    definition, options, comment, acl, owner, column_comments = parts
+    with_options = f" WITH ({', '.join(options)})" if options else ""
+    return [
+        _roles(f"CREATE VIEW {name}{with_options} AS\n{definition.rstrip().rstrip(';')};"),
+        f"COMMENT ON VIEW {name} IS {_literal(comment)};",
+        *(f"COMMENT ON COLUMN {name}.{column} IS {_literal(text)};" for column, text in column_comments),
+        *_grants("TABLE", name, acl, owner),
+    ]
+
+
+def _trigger(name: str, parts: tuple[Any, ...]) -> list[str]:
+    table, definition, comment = parts
+    # pg_get_triggerdef names the table with its schema whatever the search path.
+    definition = definition.replace(f" ON {SCHEMA}.{table} ", f" ON {table} ", 1)
+    return [_roles(definition) + ";", f"COMMENT ON TRIGGER {name} ON {table} IS {_literal(comment)};"]
+
+
+def _policy(name: str, parts: tuple[Any, ...]) -> list[str]:
+    table, permissive, command, roles, qual, check, comment = parts
+    text = f"CREATE POLICY {name} ON {table} AS {'PERMISSIVE' if permissive else 'RESTRICTIVE'}"
+    text += f" FOR {_POLICY_COMMANDS[command]} TO {', '.join(roles)}"
+    text += f" USING ({qual})" if qual is not None else ""
+    text += f" WITH CHECK ({check})" if check is not None else ""
+    return [_roles(text) + ";", f"COMMENT ON POLICY {name} ON {table} IS {_literal(comment)};"]
+
+
+def diff_others(
+    head: dict[str, dict[str, tuple[Any, ...]]], tree: dict[str, dict[str, tuple[Any, ...]]]
+) -> tuple[list[str], list[str], list[str]]:
+    """(statements before the functions', statements after them, for the upgrade) for the views,
+    triggers, policies and table grants that differ, and their names. Call it twice (swapped) for
+    the downgrade. Views read one another: when any differs, all are dropped and re-created in
+    the order they were created. Triggers and policies name functions, so they are dropped before
+    the functions change and created after."""
+    before: list[str] = []
+    after: list[str] = []
+    names: list[str] = []
+    if head["views"] != tree["views"]:
+        names += [f"view {n}" for n in sorted(head["views"].keys() ^ tree["views"].keys())]
+        names += [f"view {n}" for n in sorted(head["views"].keys() & tree["views"].keys())
+                  if head["views"][n] != tree["views"][n]]
+        before += [f"DROP VIEW IF EXISTS {n} CASCADE;" for n in reversed(head["views"])]
+        for name, parts in tree["views"].items():
+            after += _view(name, parts)
+    for kind, drop, create in (
+        ("triggers", "TRIGGER", _trigger),
+        ("policies", "POLICY", _policy),
+    ):
+        old, new = head[kind], tree[kind]
+        for name in sorted(old.keys() | new.keys()):
+            if old.get(name) == new.get(name):
+                continue
+            names.append(f"{kind[:-1] if kind == 'triggers' else 'policy'} {name}")
+            if name in old:
+                before.append(f"DROP {drop} {name} ON {old[name][0]};")
+            if name in new:
+                after += create(name, new[name])
+    for name in sorted(head["table grants"].keys() & tree["table grants"].keys()):
+        if head["table grants"][name] != tree["table grants"][name]:
+            names.append(f"grants on {name}")
+            acl, owner = tree["table grants"][name]
+            after += _grants("TABLE", name, acl, owner)
+    return before, after, names
 
 
 def _neutral(text: str) -> str:
@@ -137,8 +248,7 @@ def _neutral(text: str) -> str:
     head = head.replace(f"FUNCTION {SCHEMA}.", "FUNCTION ").replace(f"RETURNS {SCHEMA}.", "RETURNS ")
     head = head.replace(f"SETOF {SCHEMA}.", "SETOF ")
     head = head.replace(f"SET search_path TO '{SCHEMA}', 'pg_temp'", "SET search_path FROM CURRENT")
-    out = head + sep + body.rstrip() + ";"
-    return re.sub(rf"\b{SCHEMA}_({'|'.join(ROLES)})\b", r"@schema@_\1", out)
+    return _roles(head + sep + body.rstrip() + ";")
 
 
 def _install(signature: str, fn: dict[str, Any]) -> list[str]:
@@ -148,7 +258,7 @@ def _install(signature: str, fn: dict[str, Any]) -> list[str]:
     if fn["acl"] is not None:
         out.append(f"REVOKE ALL ON FUNCTION {signature} FROM PUBLIC;")
         grantees = [a.split("=")[0] for a in fn["acl"] if a.split("=")[0] not in ("", "postgres")]
-        grantees = [re.sub(rf"^{SCHEMA}_", "@schema@_", g) for g in grantees]
+        grantees = [_roles(g) for g in grantees]
         if grantees:
             out.append(f"GRANT EXECUTE ON FUNCTION {signature} TO {', '.join(grantees)};")
     return out
@@ -227,15 +337,11 @@ def main(argv: list[str] | None = None) -> int:
         _load_tree(as_tree)
         up, down, names = diff(_functions(at_head), _functions(as_tree))
         others_head, others_tree = _others(at_head), _others(as_tree)
-    unfrozen = [kind for kind in others_head if others_head[kind] != others_tree[kind]]
-    if unfrozen:
-        # Functions are frozen automatically; these are rare enough to write by hand, and must
-        # not be left out silently.
-        print(
-            f"store/sql changes {', '.join(unfrozen)} too: write those statements into the new revision's "
-            "files by hand (this script freezes functions with their comments and grants)",
-            file=sys.stderr,
-        )
+    up_before, up_after, other_names = diff_others(others_head, others_tree)
+    down_before, down_after, _ = diff_others(others_tree, others_head)
+    up = up_before + up + up_after
+    down = down_before + down + down_after
+    names += other_names
     if not names:
         print("store/sql and the head revision agree: nothing to freeze")
         return 0
