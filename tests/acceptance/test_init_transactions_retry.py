@@ -7,21 +7,12 @@ initialises and commits once the network is back. Errors that are not retriable 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from oncelog import Admin, Consumer, Producer, TopicPartition, errors
 from oncelog.txn_state import TxnState
-from tests.support.logcheck import host_port, sslmode_disable
+from tests.support.logcheck import sslmode_disable
 from tests.support.proxy import FaultProxy
-
-
-@pytest.fixture
-def proxy(db_url: str) -> Iterator[FaultProxy]:
-    host, port = host_port(db_url)
-    with FaultProxy(host, port) as p:
-        yield p
 
 
 def test_init_transactions_after_an_outage(db_url: str, proxy: FaultProxy) -> None:

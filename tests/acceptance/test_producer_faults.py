@@ -35,7 +35,7 @@ from oncelog.store import create_engine
 from oncelog.store import log as store_log
 from oncelog.types import RecordMetadata
 from tests.support.clock import server_time
-from tests.support.logcheck import host_port, read_partition, sslmode_disable, values, wait_until
+from tests.support.logcheck import read_partition, sslmode_disable, values, wait_until
 from tests.support.proxy import FaultProxy
 
 #: Generous bound on waiting for an acknowledgement; never an assertion on speed.
@@ -43,20 +43,6 @@ RESULT_TIMEOUT = 60.0
 
 CUT_AFTER = "cut_after_next_reply"
 CUT_BEFORE = "cut_before_next_request"
-
-
-@pytest.fixture
-def proxy(db_url: str) -> Iterator[FaultProxy]:
-    """A fault proxy in front of this test's server."""
-    host, port = host_port(db_url)
-    with FaultProxy(host, port) as p:
-        yield p
-
-
-@pytest.fixture
-def proxied_url(db_url: str, proxy: FaultProxy) -> str:
-    """This test's database, reached through the proxy (plain text, so faults are precise)."""
-    return proxy.url_for(sslmode_disable(db_url))
 
 
 def create_topic(db_url: str, name: str, partitions: int) -> None:

@@ -48,7 +48,7 @@ import oncelog.store.txn
 from oncelog import errors
 from oncelog.store import create_engine, log, txn
 from oncelog.txn_state import TxnState
-from tests.support.logcheck import host_port, sslmode_disable, wait_until
+from tests.support.logcheck import sslmode_disable, wait_until
 from tests.support.proxy import FaultProxy
 
 TOPIC = "t"
@@ -63,18 +63,6 @@ CUT_AFTER = "cut_after_next_reply"
 
 
 # --- fixtures --------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def proxy(db_url: str) -> Iterator[FaultProxy]:
-    host, port = host_port(db_url)
-    with FaultProxy(host, port) as p:
-        yield p
-
-
-@pytest.fixture
-def proxied_url(db_url: str, proxy: FaultProxy) -> str:
-    return proxy.url_for(sslmode_disable(db_url))
 
 
 @pytest.fixture

@@ -50,7 +50,6 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +63,7 @@ from oncelog.store import create_engine, log
 from oncelog.store.records import FetchedRecord
 from tests.support import REPO, child_env
 from tests.support.copier_child import EXIT_FENCED, IN, OUT, PROGRESS, transactional_id
+from tests.support.logcheck import wait_until
 
 IN_PARTITIONS = 4
 PER_PARTITION = 1500
@@ -81,14 +81,6 @@ WAIT = 60.0
 
 def in_value(p: int, i: int) -> bytes:
     return f"in-{p}-{i:05d}".encode()
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.01) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def proc_state(pid: int) -> str:

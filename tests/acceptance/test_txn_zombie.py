@@ -33,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from oncelog import Consumer, TopicPartition
 from oncelog.store import create_engine, log
 from oncelog.store.records import PartitionFetch
 from tests.support import REPO, child_env
+from tests.support.logcheck import wait_until
 
 TID = "zombie-tid"
 TOPIC = "t"
@@ -155,14 +156,6 @@ def proc_state(pid: int) -> str:
     except OSError:
         return "?"
     return stat[stat.rindex(")") + 2]
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.01) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 @pytest.fixture
