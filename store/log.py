@@ -34,6 +34,8 @@ from oncelog.store.records import (
     ProducerIdAndEpoch,
     R,
     RecordIn,
+    TxnBatch,
+    TxnOffsets,
     decode_headers,
     encode_headers,
 )
@@ -49,6 +51,16 @@ _PRODUCE = "SELECT base_offset, last_offset, log_append_time, duplicate FROM pro
 #: The same batch with EndTxn (commit) in one database transaction (migration 0013).
 _PRODUCE_END_TXN = (
     "SELECT base_offset, last_offset, log_append_time, duplicate, outcome FROM produce_end_txn_v1(" + _PRODUCE_ARGS
+)
+#: Every queued batch of a transaction, its consumer offsets and EndTxn in one database transaction
+#: (migration 0019).
+_PRODUCE_OFFSETS_END_TXN = (
+    "SELECT base_offsets, last_offsets, log_append_times, duplicates, outcome FROM produce_end_txn_v2("
+    "%(transactional_id)s, %(producer_id)s, %(epoch)s::smallint, %(txn_number)s, "
+    "%(topics)s::text[], %(partitions)s::integer[], %(sequences)s::integer[], %(counts)s::integer[], "
+    "%(keys)b::bytea[], %(values)b::bytea[], %(headers)s::jsonb[], %(timestamps)b::timestamptz[], "
+    "%(group_id)s, %(member_id)s, %(instance_id)s, %(generation)s, "
+    "%(offset_topics)s::text[], %(offset_partitions)s::integer[], %(offsets)s::bigint[], %(metadata)s::text[])"
 )
 # Columns by position (see fetch_v3): idx, offset, key, value, headers, timestamp, producer_id,
 # producer_epoch, sequence, bounds, error. A row with offset NULL carries the partition's bounds.
@@ -157,6 +169,73 @@ def produce_end_txn(
     row = _driver(conn, _PRODUCE_END_TXN, params).one()
     outcome = end_txn_outcome(str(row.outcome), transactional_id=transactional_id, txn_number=txn_number)
     return _produce_result(row), outcome
+
+
+def produce_offsets_end_txn(
+    conn: sa.Connection,
+    *,
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    txn_number: int,
+    batches: Sequence[TxnBatch],
+    offsets: TxnOffsets | None = None,
+) -> tuple[list[ProduceResult], str]:
+    """A transaction's commit in ONE database transaction and one round trip: ``batches`` (any
+    number of partitions; a partition's batches in sequence order), the consumer ``offsets``
+    (TxnOffsetCommit, KIP-447) and EndTxn, all or nothing, in the documented lock order.
+
+    Safe to retry after a lost reply with the same arguments: a retry of a call that committed
+    gets every batch's original offsets back with ``duplicate`` set and the outcome
+    ``already_committed``. Returns each batch's result, in order, and EndTxn's outcome
+    (``committed`` or ``already_committed``); TransactionTimeoutError when the transaction had
+    passed its timeout (the store aborted it, these batches included, and bumped the epoch).
+    """
+    _check_range("producer_id", producer_id, 2**63 - 1)
+    _check_range("producer_epoch", producer_epoch, _MAX_EPOCH)
+    _check_range("txn_number", txn_number, 2**63 - 1)
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    headers: list[str | None] = []
+    timestamps: list[datetime | None] = []
+    for batch in batches:
+        if isinstance(batch.records, RecordIn):
+            raise InvalidRecordError("records must be a sequence of RecordIn, not one RecordIn")
+        _check_range("partition", batch.partition, _INT32, UnknownTopicOrPartitionError)
+        _check_range("base_sequence", batch.base_sequence, _INT32)
+        for r in batch.records:
+            keys.append(None if r.key is None else bytes(r.key))
+            values.append(None if r.value is None else bytes(r.value))
+            headers.append(encode_headers(r.headers))
+            timestamps.append(r.timestamp)
+    group = offsets.offsets if offsets is not None else {}
+    params = {
+        "transactional_id": transactional_id,
+        "producer_id": producer_id,
+        "epoch": producer_epoch,
+        "txn_number": txn_number,
+        "topics": [b.topic for b in batches],
+        "partitions": [b.partition for b in batches],
+        "sequences": [b.base_sequence for b in batches],
+        "counts": [len(b.records) for b in batches],
+        "keys": keys,
+        "values": values,
+        "headers": headers if any(h is not None for h in headers) else None,
+        "timestamps": timestamps if any(t is not None for t in timestamps) else None,
+        "group_id": offsets.group_id if offsets is not None else None,
+        "member_id": offsets.member_id if offsets is not None else None,
+        "instance_id": offsets.group_instance_id if offsets is not None else None,
+        "generation": offsets.generation if offsets is not None else None,
+        "offset_topics": [t for t, _ in group],
+        "offset_partitions": [p for _, p in group],
+        "offsets": [o for o, _ in group.values()],
+        "metadata": [m for _, m in group.values()],
+    }
+    row = _driver(conn, _PRODUCE_OFFSETS_END_TXN, params).one()
+    outcome = end_txn_outcome(str(row.outcome), transactional_id=transactional_id, txn_number=txn_number)
+    columns = (row.base_offsets or [], row.last_offsets or [], row.log_append_times or [], row.duplicates or [])
+    results = [ProduceResult(int(b), int(last), ts, bool(dup)) for b, last, ts, dup in zip(*columns, strict=True)]
+    return results, outcome
 
 
 def _produce_result(row: Any) -> ProduceResult:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, NamedTuple, TypeVar
@@ -23,6 +23,30 @@ class RecordIn:
     key: bytes | None = None
     headers: Headers | None = None
     timestamp: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TxnBatch:
+    """One batch of a transaction's commit (:func:`oncelog.store.log.produce_offsets_end_txn`):
+    ``records`` for ``topic``/``partition`` from sequence ``base_sequence`` on."""
+
+    topic: str
+    partition: int
+    base_sequence: int
+    records: Sequence[RecordIn]
+
+
+@dataclass(frozen=True, slots=True)
+class TxnOffsets:
+    """A consumer group's offsets committed with a transaction (KIP-447's TxnOffsetCommit):
+    ``offsets`` maps (topic, partition) to (next offset to read, metadata), checked against the
+    member and generation given."""
+
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    generation: int
+    offsets: Mapping[tuple[str, int], tuple[int, str]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,6 +71,8 @@ GRANT EXECUTE ON FUNCTION offset_fetch_v1(text, text[], integer[], boolean) TO o
 REVOKE ALL ON FUNCTION partitions_delete_records_v1() FROM PUBLIC;
 REVOKE ALL ON FUNCTION produce_end_txn_v1(text, integer, bigint, smallint, integer, bytea[], bytea[], jsonb[], timestamp with time zone[], text, bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION produce_end_txn_v1(text, integer, bigint, smallint, integer, bytea[], bytea[], jsonb[], timestamp with time zone[], text, bigint) TO oncelog_client, oncelog_admin;
+REVOKE ALL ON FUNCTION produce_end_txn_v2(text, bigint, smallint, bigint, text[], integer[], integer[], integer[], bytea[], bytea[], jsonb[], timestamp with time zone[], text, text, text, integer, text[], integer[], bigint[], text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION produce_end_txn_v2(text, bigint, smallint, bigint, text[], integer[], integer[], integer[], bytea[], bytea[], jsonb[], timestamp with time zone[], text, text, text, integer, text[], integer[], bigint[], text[]) TO oncelog_client, oncelog_admin;
 REVOKE ALL ON FUNCTION produce_v2(text, integer, bigint, smallint, integer, bytea[], bytea[], jsonb[], timestamp with time zone[], text, bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION produce_v2(text, integer, bigint, smallint, integer, bytea[], bytea[], jsonb[], timestamp with time zone[], text, bigint) TO oncelog_client, oncelog_admin;
 REVOKE ALL ON FUNCTION read_limits_v1(text[], integer[], bigint[], bigint[]) FROM PUBLIC;
