@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,38 +14,12 @@ import pytest
 import sqlalchemy as sa
 
 from oncelog import errors
-from oncelog.store import create_engine, groups, log, txn
+from oncelog.store import groups, log, txn
 from oncelog.store.records import RecordIn, TxnBatch, TxnOffsets
-from tests.support.roles import login_roles
+from tests.support.roles import Principal, client_principal
 
 TOPIC = "t"
 PARTITIONS = 6
-
-
-@dataclass
-class Principal:
-    """One login role holding only the client role, with ACLs granting it everything."""
-
-    name: str
-    engine: sa.Engine
-
-    def call(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
-        with self.engine.connect() as conn:
-            return fn(conn, **kwargs)
-
-
-def _principal(engine: sa.Engine, db_url: str) -> Iterator[Principal]:
-    with login_roles(engine, db_url, ("client",)) as urls:
-        url = urls["client"]
-        name = sa.make_url(url).username or ""
-        with engine.begin() as conn:
-            for resource in ("topic", "transactional_id", "group"):
-                conn.exec_driver_sql(f"SELECT create_acl_v1('{name}', '{resource}', '*', 'literal', 'all')")
-        eng = create_engine(url, isolation_level="AUTOCOMMIT")
-        try:
-            yield Principal(name, eng)
-        finally:
-            eng.dispose()
 
 
 @pytest.fixture
@@ -59,12 +32,12 @@ def acls_on(engine: sa.Engine) -> None:
 
 @pytest.fixture
 def client(acls_on: None, engine: sa.Engine, db_url: str) -> Iterator[Principal]:
-    yield from _principal(engine, db_url)
+    yield from client_principal(engine, db_url)
 
 
 @pytest.fixture
 def other(acls_on: None, engine: sa.Engine, db_url: str) -> Iterator[Principal]:
-    yield from _principal(engine, db_url)
+    yield from client_principal(engine, db_url)
 
 
 def _records(n: int, tag: str) -> list[RecordIn]:

@@ -11,8 +11,7 @@ from __future__ import annotations
 import random
 import re
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,45 +20,13 @@ import pytest
 import sqlalchemy as sa
 
 from oncelog import Admin, Consumer, Producer, TopicPartition, errors
-from oncelog.store import create_engine, groups, log, txn
+from oncelog.store import groups, log, txn
 from oncelog.store.records import RecordIn
 from tests.support.logcheck import wait_until
-from tests.support.roles import login_roles
+from tests.support.roles import Principal, client_principal
 
 TOPIC = "t"
 PARTITIONS = 8
-
-
-@dataclass
-class Principal:
-    """One login role with the client role, its URL and an autocommit engine."""
-
-    name: str
-    url: str
-    engine: sa.Engine
-
-    def call(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
-        with self.engine.connect() as conn:
-            return fn(conn, **kwargs)
-
-    def sql(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        libpq = self.url.replace("postgresql+psycopg", "postgresql")
-        with psycopg.connect(libpq, autocommit=True, options="-c search_path=oncelog") as conn:
-            return conn.execute(statement, params).fetchall()
-
-
-def _principal(engine: sa.Engine, db_url: str) -> Iterator[Principal]:
-    with login_roles(engine, db_url, ("client",)) as urls:
-        url = urls["client"]
-        name = sa.make_url(url).username or ""
-        with engine.begin() as conn:
-            for resource, rname in (("topic", "*"), ("transactional_id", "*"), ("group", "*")):
-                conn.exec_driver_sql(f"SELECT create_acl_v1('{name}', '{resource}', '{rname}', 'literal', 'all')")
-        eng = create_engine(url, isolation_level="AUTOCOMMIT")
-        try:
-            yield Principal(name, url, eng)
-        finally:
-            eng.dispose()
 
 
 @pytest.fixture
@@ -71,12 +38,12 @@ def acls_on(engine: sa.Engine) -> None:
 
 @pytest.fixture
 def victim(acls_on: None, engine: sa.Engine, db_url: str) -> Iterator[Principal]:
-    yield from _principal(engine, db_url)
+    yield from client_principal(engine, db_url)
 
 
 @pytest.fixture
 def attacker(acls_on: None, engine: sa.Engine, db_url: str) -> Iterator[Principal]:
-    yield from _principal(engine, db_url)
+    yield from client_principal(engine, db_url)
 
 
 def _batch(n: int = 1, tag: bytes = b"v") -> list[RecordIn]:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 
+from oncelog.store import create_engine
 from oncelog.store.engine import database_url
 
 #: "nobody" is a login role with no oncelog role at all.
@@ -36,3 +40,39 @@ def login_roles(engine: sa.Engine, db_url: str, kinds: Iterable[str] = KINDS) ->
         with engine.begin() as conn:
             for name in names.values():
                 conn.exec_driver_sql(f"DROP ROLE {name}")
+
+
+@dataclass
+class Principal:
+    """One login role holding only the client role, its URL and an autocommit engine."""
+
+    name: str
+    url: str
+    engine: sa.Engine
+
+    def call(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
+        """``fn(conn, **kwargs)`` on a connection of this principal."""
+        with self.engine.connect() as conn:
+            return fn(conn, **kwargs)
+
+    def sql(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Rows of ``statement`` run as this principal (psycopg, autocommit, schema oncelog)."""
+        libpq = self.url.replace("postgresql+psycopg", "postgresql")
+        with psycopg.connect(libpq, autocommit=True, options="-c search_path=oncelog") as conn:
+            return conn.execute(statement, params).fetchall()
+
+
+def client_principal(engine: sa.Engine, db_url: str) -> Iterator[Principal]:
+    """A new client-role principal that the ACLs allow everything (every topic, transactional id
+    and group), for a fixture to yield from."""
+    with login_roles(engine, db_url, ("client",)) as urls:
+        url = urls["client"]
+        name = sa.make_url(url).username or ""
+        with engine.begin() as conn:
+            for resource in ("topic", "transactional_id", "group"):
+                conn.exec_driver_sql(f"SELECT create_acl_v1('{name}', '{resource}', '*', 'literal', 'all')")
+        eng = create_engine(url, isolation_level="AUTOCOMMIT")
+        try:
+            yield Principal(name, url, eng)
+        finally:
+            eng.dispose()
