@@ -57,8 +57,8 @@ class ProducerBatch:
     #: An attempt may have been appended without our hearing back (a retriable failure): until a
     #: retry under the same epoch and sequence settles it, the batch must keep them.
     unknown_outcome: bool = False
-    #: Sent with EndTxn (its transaction's last batch, produce_end_txn): every retry carries it
-    #: too, since the first attempt may have committed the transaction.
+    #: Sent with EndTxn (queued when its transaction's commit began: produce_offsets_end_txn):
+    #: every retry carries it too, since the first attempt may have committed the transaction.
     ends_txn: bool = False
     next_attempt_at: float = 0.0
     id: int = field(default_factory=lambda: next(_batch_ids))

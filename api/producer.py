@@ -11,8 +11,9 @@ with the original offsets instead of appending again. When a batch's outcome sta
 epoch and restarts its sequences (KIP-360) and carries on.
 
 With a ``transactional_id`` every batch joins the current transaction, which the store opens on
-the first write and names by its number on every call; ``commit_transaction`` flushes and ends it
-with one EndTxn (one database transaction), so readers see all of it or none of it.
+the first write and names by its number on every call; ``commit_transaction`` sends what is still
+queued, for every partition, with the consumer offsets of ``send_offsets_to_transaction`` and
+EndTxn in one call (one database transaction), so readers see all of it or none of it.
 
 This module is the public API (Kafka's ``KafkaProducer``) and wires the parts: the batches wait in
 the :class:`~oncelog.accumulator.RecordAccumulator`, the :class:`~oncelog.sender.Sender` thread
@@ -90,6 +91,7 @@ class Producer(Client):
         key_serializer: str | Serializer | None = "bytes",
         value_serializer: str | Serializer | None = "bytes",
         partitioner: Partitioner | None = None,
+        send_offsets_with_commit: bool = True,
     ) -> None:
         _check_config(
             linger_ms=linger_ms,
@@ -106,6 +108,10 @@ class Producer(Client):
         validate.integer("transaction_timeout_ms", transaction_timeout_ms, low=1, error=errors.ConfigurationError)
         if not isinstance(enable_idempotence, bool):
             raise errors.ConfigurationError(f"enable_idempotence must be True or False, not {enable_idempotence!r}")
+        if not isinstance(send_offsets_with_commit, bool):
+            raise errors.ConfigurationError(
+                f"send_offsets_with_commit must be True or False, not {send_offsets_with_commit!r}"
+            )
         if partitioner is not None and not callable(partitioner):
             raise errors.ConfigurationError("partitioner must be callable or None")
         if transactional_id is not None:
@@ -148,6 +154,7 @@ class Producer(Client):
             backoff=retry_backoff_ms / 1000,
             backoff_max=retry_backoff_max_ms / 1000,
             metric=self._metrics.bump,
+            offsets_with_commit=send_offsets_with_commit,
         )
         self._cond = threading.Condition(threading.Lock())
         self._acc = RecordAccumulator(batch_size=batch_size, max_batch_records=max_batch_records)
@@ -284,10 +291,10 @@ class Producer(Client):
         validate.timeout("timeout", timeout)
         manager = self._require_transactional()
         started = time.monotonic()
-        # From here the sender may send the transaction's last batch with EndTxn.
+        # From here the sender sends everything still queued together with the offsets and EndTxn.
         manager.begin_commit()
         # A timeout here leaves the state COMMITTING_TRANSACTION: the application calls
-        # commit_transaction() again, and the sender keeps retrying a batch sent with EndTxn
+        # commit_transaction() again, and the sender keeps retrying the batches sent with EndTxn
         # until its outcome is known (which decides the transaction's).
         self.flush(timeout)
         if timeout is not None:  # the flush and the EndTxn share the caller's one timeout
@@ -326,6 +333,8 @@ class Producer(Client):
         state = self._require_transactional().require_transactional()  # the state machine
         state.require_can_commit()
         self.flush(timeout)
+        # The offsets held for the commit go now: whoever ends the transaction does not have them.
+        self._manager.flush_offsets(timeout)
         if state.has_error:
             state.require_can_commit()  # raises the error a send recorded
         prepared = self._manager.prepared()
@@ -342,9 +351,14 @@ class Producer(Client):
         """Commit a consumer group's offsets inside the current transaction (KIP-447): they become
         the group's committed offsets exactly when the transaction commits, and vanish if it aborts.
 
-        ``offsets`` are the next offsets to read (positions), per partition. The store checks the
-        member, its generation and (beyond Kafka) that it owns those partitions; a member that
-        missed a rebalance gets an abortable error: abort the transaction, its output is dropped.
+        ``offsets`` are the next offsets to read (positions), per partition. They travel with the
+        commit (one call for the queued records, the offsets and EndTxn), where the store checks
+        the member, its generation and (beyond Kafka) that it owns those partitions: a member that
+        missed a rebalance gets an abortable error from :meth:`commit_transaction` (Kafka raises
+        it here; docs/deviations.md, 42): abort the transaction, its output is dropped. Offsets of
+        a second group in the same transaction send the first group's at once. With
+        ``send_offsets_with_commit=False`` they are sent here, as Kafka does (TxnOffsetCommit, a
+        round trip of its own; a refusal is raised by this call).
         """
         validate.timeout("timeout", timeout)
         pairs = validate.offset_map(offsets)

@@ -1,7 +1,8 @@
 """The store operations the producer's parts use, as one seam they are handed at construction.
 
 :class:`ProducerStore` names what the sender and the transaction manager need from the store
-(connections, InitProducerId, Produce, the last batch with EndTxn, EndTxn, TxnOffsetCommit);
+(connections, InitProducerId, Produce, the commit carrying the queued batches and offsets, EndTxn,
+TxnOffsetCommit);
 :class:`DatabaseStore` is the real one, a thin adapter over :mod:`oncelog.store` (which alone
 builds SQL). Unit tests hand the parts a fake instead, as Kafka's SenderTest and
 TransactionManagerTest use a mock client, so retries and epoch bumps run without PostgreSQL.
@@ -18,7 +19,7 @@ import sqlalchemy as sa
 
 from oncelog.store import groups, log, txn
 from oncelog.store.engine import CLIENT_GRACE_S, bounded, set_request_timeout
-from oncelog.store.records import ProduceResult, ProducerIdAndEpoch, RecordIn
+from oncelog.store.records import ProduceResult, ProducerIdAndEpoch, RecordIn, TxnBatch, TxnOffsets
 from oncelog.store.txn import TransactionalIdentity
 
 __all__ = ["DatabaseStore", "ProducerStore"]
@@ -62,20 +63,19 @@ class ProducerStore(Protocol):
     ) -> ProduceResult:
         """Append one batch (a retry of an appended one is answered as a duplicate)."""
 
-    def produce_end_txn(
+    def produce_offsets_end_txn(
         self,
         conn: Any,
         *,
-        topic: str,
-        partition: int,
-        records: Sequence[RecordIn],
+        transactional_id: str,
         producer_id: int,
         producer_epoch: int,
-        base_sequence: int,
-        transactional_id: str,
         txn_number: int,
-    ) -> tuple[ProduceResult, str]:
-        """Append a transaction's last batch and commit the transaction, in one database transaction."""
+        batches: Sequence[TxnBatch],
+        offsets: TxnOffsets | None,
+    ) -> tuple[list[ProduceResult], str]:
+        """A transaction's queued batches (any partitions), its consumer offsets and its commit,
+        in one database transaction; each batch's result and EndTxn's outcome."""
 
     def init_transactional_id(
         self,
@@ -153,9 +153,9 @@ class DatabaseStore:
         """See :func:`oncelog.store.log.produce`."""
         return log.produce(conn, **batch)
 
-    def produce_end_txn(self, conn: sa.Connection, **batch: Any) -> tuple[ProduceResult, str]:
-        """See :func:`oncelog.store.log.produce_end_txn`."""
-        return log.produce_end_txn(conn, **batch)
+    def produce_offsets_end_txn(self, conn: sa.Connection, **commit: Any) -> tuple[list[ProduceResult], str]:
+        """See :func:`oncelog.store.log.produce_offsets_end_txn`."""
+        return log.produce_offsets_end_txn(conn, **commit)
 
     def init_transactional_id(self, conn: sa.Connection, **args: Any) -> TransactionalIdentity:
         """See :func:`oncelog.store.txn.init_producer_id`."""

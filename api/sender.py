@@ -1,7 +1,9 @@
 """The producer's Sender: the I/O thread that sends the accumulator's batches to the store.
 
 One thread sends one batch at a time, each partition's batches in order, over one autocommit
-connection (each batch one ``produce`` call: one round trip, one database transaction). What a
+connection (each batch one ``produce`` call: one round trip, one database transaction). Once the
+application commits a transaction, everything still queued goes in ONE call with the consumer
+offsets and EndTxn (``produce_offsets_end_txn``: one round trip, one database transaction). What a
 batch's failure means (retry it with the same sequence, bump the epoch and resend it, fail it) is
 decided here from the error's flags; the identity and sequences themselves belong to the
 :class:`~oncelog.txn_manager.TransactionManager`, and the store is the injected
@@ -20,7 +22,7 @@ from typing import Any
 from oncelog import errors
 from oncelog.accumulator import ProducerBatch, RecordAccumulator
 from oncelog.producer_store import ProducerStore
-from oncelog.store.records import ProduceResult, RecordIn
+from oncelog.store.records import ProduceResult, RecordIn, TxnBatch
 from oncelog.txn_manager import TransactionManager
 from oncelog.types import RecordMetadata
 
@@ -127,12 +129,35 @@ class Sender:
 
     def _send_all(self, batches: list[ProducerBatch]) -> None:
         for b in batches:
+            group = self._commit_group()
+            if group is not None:
+                # The application is committing: what is left goes with EndTxn, in one call.
+                self._send_commit(group)
+                break
             self._send_batch(b)
             with self._cond:
                 self.sending.discard(b.id)
         with self._cond:
             self.in_flight = 0
+            self.sending.clear()
             self._cond.notify_all()
+
+    def _commit_group(self) -> list[ProducerBatch] | None:
+        """Every queued batch, when they all belong to the transaction being committed: they are
+        sent together with the offsets and EndTxn. None otherwise (no commit under way, or
+        batches of a transaction before it still queued)."""
+        if not self._manager.transactional:
+            return None
+        with self._cond:
+            queued = list(self._acc.batches())
+            if not queued or not all(self._manager.commits_with(b.txn_number) for b in queued):
+                return None
+            for b in queued:
+                b.full = True
+                b.ends_txn = True  # every retry carries EndTxn again (answered as a retry once committed)
+            self.in_flight = len(queued)
+            self.sending = {b.id for b in queued}
+            return queued
 
     def _wait_for_ready(self) -> list[ProducerBatch] | None:
         """Under the lock: the batches to send next, or None when closing with nothing left."""
@@ -222,48 +247,17 @@ class Sender:
             return
         self._metrics.sent(batch, (self._clock() - started) * 1000)
         with self._cond:
-            if batch.ends_txn:
-                manager.committed_with_batch(batch.txn_number)  # before flush() sees the batch complete
             self._acc.complete(batch)
             self._cond.notify_all()
-        for i, rec in enumerate(batch.records):
-            if not rec.future.done():
-                rec.future.set_result(
-                    RecordMetadata(
-                        topic=batch.tp.topic,
-                        partition=batch.tp.partition,
-                        offset=result.base_offset + i,
-                        timestamp=rec.timestamp or result.log_append_time,
-                    )
-                )
+        _acknowledge(batch, result)
 
     def _produce(self, conn: Any, batch: ProducerBatch) -> ProduceResult:
-        records = [RecordIn(r.value, r.key, r.headers, r.timestamp) for r in batch.records]
-        if batch.ends_txn or self._commits_with(batch):
-            batch.ends_txn = True
-            tid, pid, epoch = self._manager.transactional_id, batch.producer_id, batch.epoch
-            seq, number = batch.base_sequence, batch.txn_number
-            if tid is None or pid is None or epoch is None or seq is None or number is None:
-                raise errors.IllegalStateError("a batch sent with EndTxn needs its transaction and sequence")
-            with self._bounded_request(conn, batch):
-                result, _ = self._store.produce_end_txn(  # committed (or already)
-                    conn,
-                    topic=batch.tp.topic,
-                    partition=batch.tp.partition,
-                    records=records,
-                    producer_id=pid,
-                    producer_epoch=epoch,
-                    base_sequence=seq,
-                    transactional_id=tid,
-                    txn_number=number,
-                )
-            return result
         with self._bounded_request(conn, batch):
             return self._store.produce(
                 conn,
                 topic=batch.tp.topic,
                 partition=batch.tp.partition,
-                records=records,
+                records=_records_in(batch),
                 producer_id=batch.producer_id,
                 producer_epoch=batch.epoch,
                 base_sequence=batch.base_sequence,
@@ -271,13 +265,79 @@ class Sender:
                 txn_number=batch.txn_number,
             )
 
-    def _commits_with(self, batch: ProducerBatch) -> bool:
-        """Whether ``batch`` is the last one of the transaction commit_transaction() is committing:
-        then it carries EndTxn. No record can join the transaction once its commit has begun, so
-        a batch alone in the accumulator stays the last; a retry of it carries EndTxn again (a
-        retry after a commit that landed is answered as already committed, migration 0013)."""
+    # --- the commit: every queued batch, the offsets and EndTxn in one call ---------------------
+
+    def _send_commit(self, group: list[ProducerBatch]) -> None:
+        """Send ``group`` (the committing transaction's queued batches, a partition's in order)
+        with the held consumer offsets and EndTxn: one round trip, one database transaction, all
+        or nothing. A lost reply is retried with the same batches and sequences, with no
+        deadline: the first attempt may have committed, and only an answer can tell (a retry of
+        a call that committed is answered as one, migration 0019)."""
+        started = self._clock()
+        manager = self._manager
+        if not manager.can_send():
+            cause = manager.last_error
+            aborted = errors.TransactionAbortedError("the transaction is aborting")
+            for b in group:
+                self._finish_failed(b, cause if manager.is_fatal and cause else aborted)
+            return
+        for b in group:
+            b.tries += 1
+        try:
+            for b in group:
+                manager.assign_sequence(b)
+                b.attempts += 1
+            first = group[0]
+            tid, pid, epoch, number = manager.transactional_id, first.producer_id, first.epoch, first.txn_number
+            if tid is None or pid is None or epoch is None or number is None:
+                raise errors.IllegalStateError("a commit needs its transaction and the producer's identity")
+            batches = [TxnBatch(b.tp.topic, b.tp.partition, b.base_sequence or 0, _records_in(b)) for b in group]
+            conn = self._connection()
+            with self._store.request(conn, self._attempt_timeout):
+                results, _ = self._store.produce_offsets_end_txn(  # committed (or already)
+                    conn,
+                    transactional_id=tid,
+                    producer_id=pid,
+                    producer_epoch=epoch,
+                    txn_number=number,
+                    batches=batches,
+                    offsets=manager.commit_offsets(),
+                )
+        except errors.OncelogError as exc:
+            self._on_commit_error(group, exc)
+            return
+        latency_ms = (self._clock() - started) * 1000
         with self._cond:
-            return len(self._acc) == 1 and self._manager.commits_with(batch.txn_number)
+            manager.committed_with_batch(number)  # before flush() sees the batches complete
+            for b in group:
+                self._metrics.sent(b, latency_ms)
+                self._acc.complete(b)
+            self._cond.notify_all()
+        for b, result in zip(group, results, strict=True):
+            _acknowledge(b, result)
+
+    def _on_commit_error(self, group: list[ProducerBatch], exc: errors.OncelogError) -> None:
+        """The commit call failed. Retriable: send the same group again (together: one backoff
+        for all). Otherwise nothing of it landed: the transaction can only abort (or, fenced,
+        the producer is finished)."""
+        now = self._clock()
+        if exc.retriable and not self._manager.aborting:
+            if not isinstance(exc, errors.RequestTimeoutError):
+                self._drop_connection(invalidate=True)  # (a statement the server cancelled leaves it usable)
+            for b in group:
+                self._schedule_retry(b, now, exc)
+            due = max(b.next_attempt_at for b in group)
+            for b in group:
+                b.next_attempt_at = due
+            return
+        if exc.retriable:  # an abort began meanwhile: the outcome stays unknown, the abort bumps
+            unknown = errors.DeliveryTimeoutError(f"the commit's outcome is unknown: {exc}")
+            self._manager.unknown_outcome(unknown)
+            failed: BaseException = unknown
+        else:
+            failed = self._manager.commit_refused(exc)
+        for b in group:
+            self._finish_failed(b, failed)
 
     def _ensure_identity(self, batch: ProducerBatch) -> bool:
         """Get a producer id, or bump the epoch (KIP-360), before sequencing anything. Returns
@@ -407,6 +467,24 @@ class Sender:
             self._acc.complete(batch)
             self._cond.notify_all()
         fail_batch(batch, exc)
+
+
+def _records_in(batch: ProducerBatch) -> list[RecordIn]:
+    return [RecordIn(r.value, r.key, r.headers, r.timestamp) for r in batch.records]
+
+
+def _acknowledge(batch: ProducerBatch, result: ProduceResult) -> None:
+    """Complete every record of an acknowledged batch with where it landed."""
+    for i, rec in enumerate(batch.records):
+        if not rec.future.done():
+            rec.future.set_result(
+                RecordMetadata(
+                    topic=batch.tp.topic,
+                    partition=batch.tp.partition,
+                    offset=result.base_offset + i,
+                    timestamp=rec.timestamp or result.log_append_time,
+                )
+            )
 
 
 def fail_batch(batch: ProducerBatch, exc: BaseException) -> None:

@@ -10,6 +10,10 @@ another thread's. The lock is never held across I/O: the coordinator calls (Init
 EndTxn, TxnOffsetCommit) run under a second lock of their own, taken first (order: coordinator
 lock, then state lock).
 
+The consumer offsets of ``send_offsets_to_transaction`` are held here until the commit, which
+sends them with the transaction's queued batches and EndTxn in one call (``produce_end_txn_v2``,
+one database transaction; docs/deviations.md, 42): a group's refusal surfaces at the commit.
+
 A call that does not fit the current state raises :class:`~oncelog.errors.IllegalStateError`;
 nothing here asserts.
 """
@@ -25,7 +29,7 @@ from typing import Any, TypeVar
 from oncelog import errors
 from oncelog.accumulator import ProducerBatch
 from oncelog.producer_store import ProducerStore
-from oncelog.store.records import ProducerIdAndEpoch
+from oncelog.store.records import ProducerIdAndEpoch, TxnOffsets
 from oncelog.txn_state import TransactionStateMachine, TxnState
 from oncelog.types import ConsumerGroupMetadata, PreparedTransaction, TopicPartition
 
@@ -55,6 +59,8 @@ class TransactionManager:
     ``store`` serves the coordinator calls; ``metric(name, by)`` counts epoch bumps and producer
     id resets. ``request_timeout`` bounds one coordinator attempt, ``max_block`` a call without
     a timeout of its own; retries back off from ``backoff`` to ``backoff_max`` seconds.
+    ``offsets_with_commit``: consumer offsets wait for the commit and go with it (otherwise each
+    send_offsets_to_transaction() is a TxnOffsetCommit call of its own).
     """
 
     def __init__(
@@ -69,6 +75,7 @@ class TransactionManager:
         backoff: float = 0.1,
         backoff_max: float = 1.0,
         metric: Callable[[str, float], None] | None = None,
+        offsets_with_commit: bool = True,
     ) -> None:
         if transactional_id is not None and not idempotent:
             raise errors.IllegalStateError("a transactional producer is idempotent")
@@ -95,10 +102,14 @@ class TransactionManager:
         self._init_timed_out = False  # init_transactions() ran out of time: it may be called again
         self._aborting = False
         # commit_transaction() names the transaction it commits here; the sender then sends its
-        # last batch together with EndTxn (one database transaction, one round trip) and, once
+        # queued batches together with EndTxn (one database transaction, one round trip) and, once
         # that committed, names it in _committed_with_batch.
         self._commit_number: int | None = None
         self._committed_with_batch: int | None = None
+        # send_offsets_to_transaction()'s offsets, sent with the commit (one group at a time: a
+        # second group's offsets send the first one's at once, as TxnOffsetCommit).
+        self._offsets: TxnOffsets | None = None
+        self._offsets_with_commit = offsets_with_commit
 
         # The coordinator calls' own connection, kept between calls (a pool checkout pings the
         # server first: a second round trip per commit); the lock serialises those calls.
@@ -250,7 +261,7 @@ class TransactionManager:
 
     def begin_commit(self) -> None:
         """IN_TRANSACTION -> COMMITTING_TRANSACTION (a retried commit stays there), and name the
-        transaction whose last batch the sender may send with EndTxn."""
+        transaction whose queued batches the sender may send with EndTxn."""
         state = self.require_transactional()
         with self._lock:
             if not state.require_can_commit():
@@ -259,7 +270,7 @@ class TransactionManager:
 
     def commits_with(self, txn_number: int | None) -> bool:
         """Whether a batch of transaction ``txn_number`` may carry its commit (EndTxn): that
-        transaction is committing and not aborting. The sender adds: it is the last batch."""
+        transaction is committing and not aborting."""
         with self._lock:
             return (
                 self._txn is not None
@@ -269,20 +280,42 @@ class TransactionManager:
             )
 
     def committed_with_batch(self, txn_number: int | None) -> None:
-        """The sender committed transaction ``txn_number`` together with its last batch."""
+        """The sender committed transaction ``txn_number`` together with its last batches (and
+        the offsets held for it)."""
         with self._lock:
             self._committed_with_batch = txn_number
+            self._offsets = None
+
+    def commit_offsets(self) -> TxnOffsets | None:
+        """The consumer offsets the commit sends (None: none were given)."""
+        with self._lock:
+            return self._offsets
+
+    def commit_refused(self, exc: errors.OncelogError) -> errors.OncelogError:
+        """The commit call was refused (nothing of it landed): move to the error state ``exc``
+        calls for, and return the error the application gets. A group's refusal of the offsets
+        blames the consumer, as TxnOffsetCommit's does: the transaction can only abort."""
+        if isinstance(exc, _GROUP_REFUSALS) and self._txn is not None:
+            failed = errors.TransactionAbortableError(f"the consumer's offsets were refused: {exc}")
+            failed.__cause__ = exc
+            self._txn.transition_to_abortable_error(failed)
+            return failed
+        self.record_error(exc)
+        return exc
 
     def finish_commit(self, timeout: float | None) -> None:
-        """After the flush: EndTxn, unless the last batch carried it; then READY."""
+        """After the flush: EndTxn (with the held offsets), unless the queued batches carried it;
+        then READY."""
         state = self.require_transactional()
         with self._lock:
             committed = self._committed_with_batch == self._txn_number
             self._committed_with_batch = None
         if state.has_error:
             state.require_can_commit()  # raises the error a send recorded
-        if not committed:  # nothing was left to send with EndTxn
+        if not committed:  # nothing was left to send with EndTxn (but the offsets, if any)
             self._end_txn(commit=True, timeout=timeout)
+            with self._lock:
+                self._offsets = None
         state.transition_to(TxnState.READY)
 
     def begin_abort(self) -> None:
@@ -295,6 +328,7 @@ class TransactionManager:
                 state.transition_to(TxnState.ABORTING_TRANSACTION)
             self._txn_needs_bump |= after_error
             self._aborting = True
+            self._offsets = None  # never sent: nothing to drop in the store
 
     @property
     def aborting(self) -> bool:
@@ -344,9 +378,45 @@ class TransactionManager:
         group_metadata: ConsumerGroupMetadata,
         timeout: float | None,
     ) -> None:
-        """TxnOffsetCommit in the current transaction (KIP-447)."""
+        """TxnOffsetCommit in the current transaction (KIP-447): held for the commit, which sends
+        them in the same call as the queued batches and EndTxn. Offsets for another group (or
+        another generation of the member) than the ones held send those at once first. Without
+        ``offsets_with_commit`` they are sent at once (Kafka's way)."""
         state = self.require_transactional()
         state.require_in_transaction()
+        given = TxnOffsets(
+            group_metadata.group_id,
+            group_metadata.member_id,
+            group_metadata.group_instance_id,
+            group_metadata.generation_id,
+            dict(offsets),
+        )
+        if not self._offsets_with_commit:
+            self.send_offsets_now(given, timeout)
+            return
+        with self._lock:
+            held = self._offsets
+            if held is not None and _same_member(held, given):
+                self._offsets = TxnOffsets(
+                    held.group_id, held.member_id, held.group_instance_id, held.generation,
+                    {**held.offsets, **given.offsets},
+                )  # fmt: skip
+                return
+            self._offsets = given
+        if held is not None:
+            self.send_offsets_now(held, timeout)
+
+    def flush_offsets(self, timeout: float | None) -> None:
+        """Send the offsets held for the commit now, as TxnOffsetCommit (before the transaction
+        is handed to another party to end: prepare_transaction())."""
+        with self._lock:
+            held, self._offsets = self._offsets, None
+        if held is not None:
+            self.send_offsets_now(held, timeout)
+
+    def send_offsets_now(self, offsets: TxnOffsets, timeout: float | None) -> None:
+        """TxnOffsetCommit of ``offsets`` in the current transaction, in a call of its own."""
+        state = self.require_transactional()
         with self._lock:
             ident, number = self._require_identity(), self._txn_number
         tid = self._tid()
@@ -359,11 +429,11 @@ class TransactionManager:
                     producer_id=ident.producer_id,
                     epoch=ident.epoch,
                     txn_number=number,
-                    group_id=group_metadata.group_id,
-                    member_id=group_metadata.member_id,
-                    group_instance_id=group_metadata.group_instance_id,
-                    generation=group_metadata.generation_id,
-                    offsets=offsets,
+                    group_id=offsets.group_id,
+                    member_id=offsets.member_id,
+                    group_instance_id=offsets.group_instance_id,
+                    generation=offsets.generation,
+                    offsets=offsets.offsets,
                 ),
             )
         except _GROUP_REFUSALS as exc:
@@ -440,22 +510,32 @@ class TransactionManager:
     def _end_txn(self, *, commit: bool, timeout: float | None) -> str:
         with self._lock:
             ident, number = self._require_identity(), self._txn_number
+            offsets = self._offsets if commit else None
         tid = self._tid()
+
+        def end(conn: Any) -> str:
+            if offsets is None:
+                return self._store.end_txn(
+                    conn, transactional_id=tid, producer_id=ident.producer_id, epoch=ident.epoch,
+                    txn_number=number, commit=commit,
+                )  # fmt: skip
+            # The offsets and EndTxn in one call (no batch was left to carry them).
+            _, outcome = self._store.produce_offsets_end_txn(
+                conn, transactional_id=tid, producer_id=ident.producer_id, producer_epoch=ident.epoch,
+                txn_number=number, batches=[], offsets=offsets,
+            )  # fmt: skip
+            return outcome
+
         try:
-            return self._retrying(
-                timeout,
-                lambda conn: self._store.end_txn(
-                    conn,
-                    transactional_id=tid,
-                    producer_id=ident.producer_id,
-                    epoch=ident.epoch,
-                    txn_number=number,
-                    commit=commit,
-                ),
-            )
+            return self._retrying(timeout, end)
         except errors.OncelogError as exc:
-            self.record_error(exc)
-            raise
+            if not commit:
+                self.record_error(exc)
+                raise
+            failed = self.commit_refused(exc)
+            if failed is exc:
+                raise
+            raise failed from exc
 
     def _retrying(self, timeout: float | None, what: Callable[[Any], _T]) -> _T:
         """Run a coordinator call, retrying retriable failures (a lost reply is safe: every
@@ -490,3 +570,10 @@ class TransactionManager:
             conn, self._coord_conn = self._coord_conn, None
             if conn is not None:
                 self._store.release(conn, invalidate=False)
+
+
+def _same_member(a: TxnOffsets, b: TxnOffsets) -> bool:
+    """Whether two sets of offsets come from the same member in the same generation."""
+    return (a.group_id, a.member_id, a.group_instance_id, a.generation) == (
+        b.group_id, b.member_id, b.group_instance_id, b.generation,
+    )  # fmt: skip

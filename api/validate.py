@@ -24,6 +24,7 @@ from oncelog.errors import (
     ConfigurationError,
     InvalidRecordError,
     InvalidRequestError,
+    OffsetMetadataTooLargeError,
     OffsetOutOfRangeError,
     OncelogError,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "MAX_TIMESTAMP",
     "MAX_TIMESTAMP_MS",
     "MIN_TIMESTAMP",
+    "OFFSET_METADATA_MAX_BYTES",
     "acl_binding",
     "acl_filter",
     "aware_datetime",
@@ -57,6 +59,8 @@ __all__ = [
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 #: The range of record timestamps: the epoch to the last millisecond of year 9999 (UTC).
+#: The store's bound on an offset's metadata (offset_commit_args_v1, OL406), in UTF-8 bytes.
+OFFSET_METADATA_MAX_BYTES = 4096
 MIN_TIMESTAMP = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_TIMESTAMP = datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC)
 MAX_TIMESTAMP_MS = 253_402_300_799_999
@@ -216,6 +220,10 @@ def offset_map(offsets: object) -> dict[tuple[str, int], tuple[int, str]]:
             offset(f"offset for {topic}-{partition}", at),
             text("offset metadata", metadata, error=InvalidRequestError),
         )
+        if len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+            # Checked here too, so that an offset held for a transaction's commit is refused at
+            # once, where Kafka refuses it.
+            raise OffsetMetadataTooLargeError(f"offset metadata is larger than {OFFSET_METADATA_MAX_BYTES} bytes")
     return out
 
 

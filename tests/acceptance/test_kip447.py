@@ -181,8 +181,17 @@ class FetchWatch:
 # --- offsets in committed and aborted transactions -------------------------------------------
 
 
-def test_offsets_sent_in_a_transaction_apply_on_commit_and_vanish_on_abort(url: str, conn: sa.Connection) -> None:
-    with member(url, "c1") as c, Producer(url, transactional_id="t1", linger_ms=1) as p:
+@pytest.mark.parametrize("with_commit", [False, True], ids=["immediate", "with_commit"])
+def test_offsets_sent_in_a_transaction_apply_on_commit_and_vanish_on_abort(
+    url: str, conn: sa.Connection, with_commit: bool
+) -> None:
+    """Kafka's TxnOffsetCommit (``send_offsets_with_commit=False``) leaves the offsets pending in
+    the store until the transaction ends; by default they wait in the producer and go with the
+    commit, so no reader ever waits for them."""
+    with (
+        member(url, "c1") as c,
+        Producer(url, transactional_id="t1", linger_ms=1, send_offsets_with_commit=with_commit) as p,
+    ):
         c.subscribe([IN])
         p.init_transactions()
         records = read_n(c, 2 * PER_PARTITION)
@@ -192,8 +201,12 @@ def test_offsets_sent_in_a_transaction_apply_on_commit_and_vanish_on_abort(url: 
         p.begin_transaction()
         p.send(OUT, b"dropped", partition=0)
         p.send_offsets_to_transaction({TP0: 7, TP1: OffsetAndMetadata(8, "m8")}, c.group_metadata())
-        assert pending(conn) == [(IN, 0, 7, "t1", "Ongoing"), (IN, 1, 8, "t1", "Ongoing")]
-        assert stable_answer(conn, TP0).error == "unstable_offset_commit"
+        if with_commit:
+            assert pending(conn) == []
+            assert stable_answer(conn, TP0).error is None
+        else:
+            assert pending(conn) == [(IN, 0, 7, "t1", "Ongoing"), (IN, 1, 8, "t1", "Ongoing")]
+            assert stable_answer(conn, TP0).error == "unstable_offset_commit"
         assert committed(conn, TP0, TP1) == {TP0: None, TP1: None}  # require_stable=False: the old answer
         p.abort_transaction()
         assert pending(conn) == []
@@ -220,8 +233,12 @@ def test_offsets_sent_in_a_transaction_apply_on_commit_and_vanish_on_abort(url: 
     assert output(url, 0) == [b"kept"]
 
 
-def test_offset_metadata_too_large_in_a_transaction(url: str, conn: sa.Connection) -> None:
-    with member(url, "c1") as c, Producer(url, transactional_id="t1", linger_ms=1) as p:
+@pytest.mark.parametrize("with_commit", [False, True], ids=["immediate", "with_commit"])
+def test_offset_metadata_too_large_in_a_transaction(url: str, conn: sa.Connection, with_commit: bool) -> None:
+    with (
+        member(url, "c1") as c,
+        Producer(url, transactional_id="t1", linger_ms=1, send_offsets_with_commit=with_commit) as p,
+    ):
         c.subscribe([IN])
         p.init_transactions()
         p.begin_transaction()
@@ -234,8 +251,8 @@ def test_offset_metadata_too_large_in_a_transaction(url: str, conn: sa.Connectio
 def test_rule_23_pending_offsets_do_not_overwrite_a_later_commit(url: str, conn: sa.Connection) -> None:
     with (
         member(url, "c1") as c,
-        Producer(url, transactional_id="t1", linger_ms=1) as p1,
-        Producer(url, transactional_id="t2", linger_ms=1) as p2,
+        Producer(url, transactional_id="t1", linger_ms=1, send_offsets_with_commit=False) as p1,
+        Producer(url, transactional_id="t2", linger_ms=1, send_offsets_with_commit=False) as p2,
     ):
         c.subscribe([IN])
         p1.init_transactions()
@@ -288,7 +305,7 @@ def test_committed_waits_for_a_pending_transaction_read_uncommitted_does_not(url
     with (
         member(url, "c1") as c,
         Consumer(url, group_id="g", isolation_level="read_uncommitted") as dirty,
-        Producer(url, transactional_id="t1", linger_ms=1) as p,
+        Producer(url, transactional_id="t1", linger_ms=1, send_offsets_with_commit=False) as p,
     ):
         c.subscribe([IN])
         c.commit({TP0: 2})
@@ -431,7 +448,7 @@ def test_new_owner_waits_for_the_old_transaction_to_commit_then_starts_from_10(
     with (
         member(url, "c1") as c1,
         member(url, "c2", max_poll_records=5) as c2,
-        Producer(url, transactional_id="T2", linger_ms=1) as p2,
+        Producer(url, transactional_id="T2", linger_ms=1, send_offsets_with_commit=False) as p2,
     ):
         c1.subscribe([IN], on_assign=lambda parts: assigned.append(set(parts)))
         c2.subscribe([IN])
@@ -482,6 +499,49 @@ def test_new_owner_waits_for_the_old_transaction_to_commit_then_starts_from_10(
         assert committed(conn, TP1) == {TP1: 10}
         assert read_to_end(c1, TP1) == list(range(10, PER_PARTITION))
     assert output(url, 1) == [f"V-1-{i:03d}".encode() for i in range(10)]
+
+
+def test_with_the_offsets_in_the_commit_the_new_owner_never_waits_and_the_old_commit_is_refused(
+    url: str, conn: sa.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scenario 18 with the default producer: the offsets travel with the commit, so the store
+    checks the member and its partitions in the same database transaction that would apply
+    them. The new owner of in-1 finds no pending offset (it never waits) and starts from the last
+    committed one; the old owner's commit, after the hand-over, is refused whole."""
+    watch = FetchWatch(monkeypatch)
+    with (
+        member(url, "c1") as c1,
+        member(url, "c2", max_poll_records=5) as c2,
+        Producer(url, transactional_id="T2", linger_ms=1) as p2,
+    ):
+        c1.subscribe([IN])
+        c2.subscribe([IN])
+        wait_for(lambda: c1.assignment() == {TP0}, "C1 to hand in-1 over", poll=[c1])
+        p2.init_transactions()
+        for target in (5, 10):
+            records = read_n(c2, 5)
+            assert [r.offset for r in records] == list(range(target - 5, target))
+            p2.begin_transaction()
+            for r in records:
+                p2.send(OUT, r.value.upper(), partition=r.partition)
+            p2.send_offsets_to_transaction({TP1: c2.position(TP1)}, c2.group_metadata())
+            if target == 5:
+                p2.commit_transaction()
+        p2.flush()  # the second transaction's records are in the log, its offsets in P2
+        assert pending(conn) == []
+        mark = len(watch.answers)
+        c2.close()
+        wait_for(lambda: TP1 in c1.assignment(), "the rebalance giving in-1 to C1", poll=[c1])
+        # C1's one OffsetFetch for in-1: the last committed offset at once, nothing pending.
+        assert watch.since(mark, TP1) == [(None, 5, False)]
+        # The old owner's commit comes after the hand-over: refused, nothing of it lands.
+        with pytest.raises(errors.TransactionAbortableError) as caught:
+            p2.commit_transaction()
+        assert isinstance(caught.value.__cause__, errors.UnknownMemberIdError), repr(caught.value.__cause__)
+        p2.abort_transaction()
+        assert committed(conn, TP1) == {TP1: 5}
+    assert output(url, 1) == [f"V-1-{i:03d}".encode() for i in range(5)]
+    assert len(output(url, 1, "read_uncommitted")) == 10
 
 
 def copy_once(consumer: Consumer, producer: Producer) -> int:
@@ -568,13 +628,16 @@ def test_a_member_that_missed_generations_does_not_copy_twice(url: str, conn: sa
 # --- scenario 19: the zombie member ----------------------------------------------------------
 
 
+@pytest.mark.parametrize("with_commit", [False, True], ids=["immediate", "with_commit"])
 @pytest.mark.parametrize(
     "zombie",
     ["old_generation", "old_generation_offsets_only", "removed_member", "replaced_static_instance", "moved_partition"],
 )
 def test_a_zombie_members_offsets_abort_the_transaction_and_the_producer_carries_on(
-    url: str, conn: sa.Connection, zombie: str
+    url: str, conn: sa.Connection, zombie: str, with_commit: bool
 ) -> None:
+    """Refused at send_offsets_to_transaction (Kafka's way), or by default at the commit that
+    carries the offsets: either way nothing of the transaction lands and the producer goes on."""
     offsets_only = zombie.endswith("_offsets_only")  # the offsets are the transaction's first call
     zombie = zombie.removesuffix("_offsets_only")
     expected_cause = {
@@ -588,7 +651,7 @@ def test_a_zombie_members_offsets_abort_the_transaction_and_the_producer_carries
         member(url, "c1", group_instance_id=static) as c1,
         member(url, "c2") as c2,
         member(url, "c1", group_instance_id=static) as c1b,
-        Producer(url, transactional_id="t1", linger_ms=1) as p,
+        Producer(url, transactional_id="t1", linger_ms=1, send_offsets_with_commit=with_commit) as p,
     ):
         c1.subscribe([IN])
         stale = c1.group_metadata()
@@ -615,8 +678,13 @@ def test_a_zombie_members_offsets_abort_the_transaction_and_the_producer_carries
         if not offsets_only:
             p.send(OUT, b"zombie", partition=0)
             p.flush()  # in the log, so the abort has something to mark
-        with pytest.raises(errors.TransactionAbortableError) as caught:
-            p.send_offsets_to_transaction(offsets, stale)
+        if with_commit:
+            p.send_offsets_to_transaction(offsets, stale)  # held for the commit, which is refused
+            with pytest.raises(errors.TransactionAbortableError) as caught:
+                p.commit_transaction()
+        else:
+            with pytest.raises(errors.TransactionAbortableError) as caught:
+                p.send_offsets_to_transaction(offsets, stale)
         assert isinstance(caught.value.__cause__, expected_cause), repr(caught.value.__cause__)
         assert p.transaction_state is TxnState.ABORTABLE_ERROR
         assert pending(conn) == []

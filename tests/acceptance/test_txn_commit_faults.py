@@ -11,8 +11,9 @@ statement preparation, a round trip of its own, in front of that request). The w
 records what each call returned (so a retried EndTxn's ``already_committed`` is observed, not
 inferred).
 
-Steps: the first produce call of the transaction, the last one (which carries EndTxn: one call,
-``produce_end_txn``), and EndTxn alone (the batches flushed before the commit). Faults: the request
+Steps: a produce call ahead of the commit (the batches flushed before it), the commit (every
+queued batch and EndTxn in one call, ``produce_offsets_end_txn``), and EndTxn alone (the batches
+flushed before the commit). Faults: the request
 never reaches the server (``cut_before_next_request``); the server commits it and the reply is lost
 (``cut_after_next_reply(precise=True)``). Recoveries: the producer's own retries get through
 (``retry``), or new connections are refused until the producer gives up (``give_up``: the
@@ -98,7 +99,7 @@ class Seam:
         self.lock = threading.Lock()
         self.calls: dict[str, list[tuple[dict[str, Any], Any]]] = {
             "produce": [],
-            "produce_end_txn": [],
+            "produce_offsets_end_txn": [],
             "end_txn": [],
             "init": [],
         }
@@ -108,7 +109,7 @@ class Seam:
         self.fired_call: dict[str, Any] = {}
         for kind, module, name in (
             ("produce", oncelog.store.log, "produce"),
-            ("produce_end_txn", oncelog.store.log, "produce_end_txn"),
+            ("produce_offsets_end_txn", oncelog.store.log, "produce_offsets_end_txn"),
             ("end_txn", oncelog.store.txn, "end_txn"),
             ("init", oncelog.store.txn, "init_producer_id"),
         ):
@@ -340,9 +341,9 @@ def finish(
 
 # --- a fault at each step, and each recovery --------------------------------------------------
 
-# The last batch goes with EndTxn in one call (produce_end_txn); EndTxn goes alone when nothing is
-# left to send at the commit (the batches were flushed first).
-STEPS = {"produce_first": ("produce", 0), "produce_last": ("produce_end_txn", 0), "end_txn": ("end_txn", 0)}
+# The queued batches go with EndTxn in one call (produce_offsets_end_txn); a batch flushed ahead of
+# the commit goes alone (produce), and EndTxn goes alone when nothing is left at the commit.
+STEPS = {"produce_early": ("produce", 0), "commit": ("produce_offsets_end_txn", 0), "end_txn": ("end_txn", 0)}
 
 
 @pytest.mark.timeout(90)
@@ -361,11 +362,11 @@ def test_fault_at_each_commit_step_is_all_or_nothing(
     recovery: str,
 ) -> None:
     create_topic(db_url)
-    give_up_produce = recovery == "give_up" and step == "produce_first"
+    give_up_produce = recovery == "give_up" and step == "produce_early"
     config: dict[str, Any] = {"delivery_timeout_ms": 1500} if give_up_produce else {}
-    if recovery == "give_up" and step == "produce_last":
-        # Shorter than commit_transaction's timeout below: the batch carrying EndTxn must still be
-        # retried after its delivery timeout (its first attempt may have committed).
+    if recovery == "give_up" and step == "commit":
+        # Shorter than commit_transaction's timeout below: the batches carrying EndTxn must still
+        # be retried after their delivery timeout (the first attempt may have committed).
         config = {"delivery_timeout_ms": 500}
     with open_producer(proxied_url, **config) as producer:
         producer.init_transactions()
@@ -378,6 +379,8 @@ def test_fault_at_each_commit_step_is_all_or_nothing(
 
         if step == "end_txn":
             producer.flush(WAIT)  # the batches are out before the fault: only EndTxn meets it
+        elif step == "produce_early":
+            producer.flush(WAIT)  # the batches go ahead of the commit, the first meets the fault
         if recovery == "retry":
             producer.commit_transaction()
             # T1's records and marker come first in every partition.
@@ -430,18 +433,22 @@ def test_fault_at_each_commit_step_is_all_or_nothing(
         assert journal(direct, txn_number) == ["CompleteCommit" if outcome == "committed" else "CompleteAbort"]
 
         end_txns = seam.outcomes("end_txn", txn_number=txn_number)
-        # What each combined call's EndTxn answered (or the error it raised).
-        combined = [o if isinstance(o, str) else o[1] for o in seam.outcomes("produce_end_txn", txn_number=txn_number)]
-        if step in ("end_txn", "produce_last"):
+        # What each commit call answered (EndTxn's outcome, or the error it raised).
+        commits = seam.outcomes("produce_offsets_end_txn", txn_number=txn_number)
+        combined = [o if isinstance(o, str) else o[1] for o in commits]
+        if step in ("end_txn", "commit"):
             calls = end_txns if step == "end_txn" else combined
             assert (combined if step == "end_txn" else end_txns) == []
             retried = "already_committed" if fault == CUT_AFTER else "committed"
             assert calls[0] == "DatabaseUnavailableError" and calls[-1] == retried, calls
             assert set(calls[1:-1]) <= {"DatabaseUnavailableError"}, calls
-        if step == "produce_last":
-            # The retry after a lost reply is answered with the batch's offsets, as a duplicate.
-            last = seam.outcomes("produce_end_txn", txn_number=txn_number)[-1][0]
-            assert last.duplicate is (fault == CUT_AFTER), last
+        if step == "commit":
+            # Every batch went in the commit; the retry after a lost reply is answered with the
+            # batches' offsets, as duplicates.
+            assert seam.outcomes("produce", txn_number=txn_number) == []
+            results = commits[-1][0]
+            assert len(results) == PARTITIONS
+            assert all(r.duplicate is (fault == CUT_AFTER) for r in results), results
         elif step == "end_txn":
             if fault == CUT_AFTER and recovery == "retry":
                 # Scenario 9: the commit is done; a retry is answered without a second effect and
@@ -459,12 +466,10 @@ def test_fault_at_each_commit_step_is_all_or_nothing(
                         )
                 assert journal(direct, txn_number) == ["CompleteCommit"]
         elif outcome == "committed":
-            assert (end_txns, combined) == ([], ["committed"]), (end_txns, combined)
-            # The failed batch's retry goes alone, or with EndTxn when it is the last one left.
+            # The batches went ahead, the faulted one retried; EndTxn then went alone.
+            assert (end_txns, combined) == (["committed"], []), (end_txns, combined)
             faulted = seam.fired_call["partition"]
-            alone = seam.outcomes("produce", partition=faulted)
-            with_end = [o if isinstance(o, str) else o[0] for o in seam.outcomes("produce_end_txn", partition=faulted)]
-            produced = (alone + with_end)[-2:]
+            produced = seam.outcomes("produce", partition=faulted, txn_number=txn_number)[-2:]
             assert produced[0] == "DatabaseUnavailableError", produced
             # The retry after a lost reply is recognised as a duplicate (same offsets).
             assert produced[1].duplicate is (fault == CUT_AFTER), produced
@@ -701,6 +706,7 @@ def test_lost_reply_of_the_epoch_bump_after_an_abort(
         producer.begin_transaction()
         send_all(producer, "T2")
         seam.arm("produce", 0, CUT_BEFORE, block=True)
+        producer.flush(WAIT)  # ahead of the commit: the first batch's outcome stays unknown
         with pytest.raises(errors.OncelogError) as failed:
             producer.commit_transaction()
         assert failed.value.abortable, repr(failed.value)

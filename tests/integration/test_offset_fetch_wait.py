@@ -28,7 +28,7 @@ def expired_holder(db_url: str, engine: sa.Engine) -> Iterator[str]:
     consumer = Consumer(db_url, group_id=group, enable_auto_commit=False)
     consumer.subscribe(["t"])
     consumer.poll(1.0)
-    producer = Producer(db_url, transactional_id="holder", transaction_timeout_ms=1)
+    producer = Producer(db_url, transactional_id="holder", transaction_timeout_ms=1, send_offsets_with_commit=False)
     producer.init_transactions()
     producer.begin_transaction()
     producer.send_offsets_to_transaction({TopicPartition("t", 0): 1}, consumer.group_metadata())
@@ -72,7 +72,9 @@ def test_once_the_row_is_free_the_reader_aborts_it_and_reads(db_url: str, engine
     consumer.subscribe(["t"])
     consumer.poll(1.0)
     consumer.commit({TopicPartition("t", 0): 0})
-    with Producer(db_url, transactional_id="late", transaction_timeout_ms=1) as producer:
+    with Producer(
+        db_url, transactional_id="late", transaction_timeout_ms=1, send_offsets_with_commit=False
+    ) as producer:
         producer.init_transactions()
         producer.begin_transaction()
         producer.send_offsets_to_transaction({TopicPartition("t", 0): 1}, consumer.group_metadata())

@@ -2,9 +2,10 @@
 
 It plays the store's answers as the migrations write them, in memory: InitProducerId with the
 KIP-360 bump (init_producer_id_v1, init_transactional_producer_id_v1), produce_v2's epoch and
-sequence rules with duplicate detection, EndTxn and the last batch with EndTxn
-(produce_end_txn_v1) with their answers to a retry. What the database itself decides (locks,
-visibility, expiry) is proven by the database tests; here only the client's reactions are.
+sequence rules with duplicate detection, EndTxn and the commit that carries the queued batches
+and the consumer offsets (produce_end_txn_v2), all or nothing, with their answers to a retry.
+What the database itself decides (locks, visibility, expiry) is proven by the database tests;
+here only the client's reactions are.
 
 Faults are scripted per operation: ``fail("produce", exc)`` raises ``exc`` instead of the next
 produce (nothing applied); ``fail("produce", exc, after=True)`` applies it and then raises: a
@@ -14,6 +15,7 @@ lost reply.
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -22,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from oncelog import errors
-from oncelog.store.records import ProduceResult, ProducerIdAndEpoch, RecordIn
+from oncelog.store.records import ProduceResult, ProducerIdAndEpoch, RecordIn, TxnBatch, TxnOffsets
 from oncelog.store.txn import TransactionalIdentity
 
 
@@ -71,6 +73,8 @@ class FakeStore:
     init_error: errors.OncelogError | None = None
     faults: dict[str, deque[tuple[errors.OncelogError, bool]]] = field(default_factory=dict)
     released: list[bool] = field(default_factory=list)
+    #: The consumer offsets every commit carried, in order.
+    offsets_committed: list[TxnOffsets] = field(default_factory=list)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     # --- test controls ---------------------------------------------------------------------------
@@ -96,6 +100,10 @@ class FakeStore:
     def count(self, operation: str) -> int:
         """How many calls of ``operation`` were made."""
         return sum(1 for op, _ in self.calls if op == operation)
+
+    def arguments(self, operation: str) -> list[dict[str, Any]]:
+        """The arguments of every call of ``operation``, in order."""
+        return [args for op, args in self.calls if op == operation]
 
     # --- connections -----------------------------------------------------------------------------
 
@@ -192,14 +200,46 @@ class FakeStore:
             self.batches[(pid, topic, partition)].append(_Appended(pid, epoch, seq, base, len(records)))
         return ProduceResult(base, base + len(records) - 1, now, False)
 
-    def produce_end_txn(self, conn: object, **batch: Any) -> tuple[ProduceResult, str]:
-        with self._call("produce_end_txn", batch):
-            txn = self.txn_ids[batch["transactional_id"]]
-            if txn.ended.get(batch["txn_number"]) == "committed":
-                # Answered from the batch in the log: migration 0013's retry after a lost reply.
-                return self._append(batch), "already_committed"
-            result = self._append(batch)
-            return result, self._end(batch["transactional_id"], batch["txn_number"], commit=True)
+    def produce_offsets_end_txn(
+        self,
+        conn: object,
+        *,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        txn_number: int,
+        batches: Sequence[TxnBatch],
+        offsets: TxnOffsets | None,
+    ) -> tuple[list[ProduceResult], str]:
+        args = {
+            "transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": producer_epoch,
+            "txn_number": txn_number, "batches": list(batches), "offsets": offsets,
+        }  # fmt: skip
+        with self._call("produce_offsets_end_txn", args):
+            txn = self.txn_ids[transactional_id]
+            common = {
+                "producer_id": producer_id, "producer_epoch": producer_epoch,
+                "transactional_id": transactional_id, "txn_number": txn_number,
+            }  # fmt: skip
+            each = [
+                {"topic": b.topic, "partition": b.partition, "records": b.records, "base_sequence": b.base_sequence}
+                | common
+                for b in batches
+            ]
+            if txn.ended.get(txn_number) == "committed":
+                # Answered from the batches in the log: migration 0019's retry after a lost reply.
+                return [self._append(b) for b in each], "already_committed"
+            saved = copy.deepcopy((self.offsets, self.batches, self.log, self.txn_ids))
+            try:  # all or nothing, as one database transaction
+                results = [self._append(b) for b in each]
+                if offsets is not None:
+                    self.offsets_committed.append(offsets)
+                return results, self._end(transactional_id, txn_number, commit=True)
+            except errors.OncelogError:
+                self.offsets, self.batches, self.log, self.txn_ids = saved
+                if offsets is not None and self.offsets_committed and self.offsets_committed[-1] is offsets:
+                    self.offsets_committed.pop()
+                raise
 
     def init_transactional_id(
         self,

@@ -19,7 +19,7 @@ from oncelog.accumulator import PendingRecord, ProducerBatch, RecordAccumulator
 from oncelog.sender import MAX_RESEQUENCE_TRIES, Sender, SenderMetrics
 from oncelog.txn_manager import TransactionManager
 from oncelog.txn_state import TxnState
-from oncelog.types import RecordMetadata, TopicPartition
+from oncelog.types import ConsumerGroupMetadata, RecordMetadata, TopicPartition
 from tests.unit.fake_store import FakeStore
 
 TID = "txn-app"
@@ -297,31 +297,88 @@ def test_fencing_fails_every_pending_batch_and_makes_the_manager_fatal() -> None
         h.manager.begin_commit()
 
 
-def test_the_last_batch_carries_the_commit() -> None:
+def test_the_queued_batches_of_every_partition_carry_the_commit() -> None:
     h = Harness(transactional_id=TID)
-    first, last = h.send(b"a", partition=0), h.send(b"b", partition=1)
+    futures = [h.send(b"a", partition=0), h.send(b"b", partition=1), h.send(b"c", partition=2)]
     h.manager.begin_commit()
-    h.run_until_done([first, last])
-    assert h.store.count("produce") == 1 and h.store.count("produce_end_txn") == 1
+    h.run_until_done(futures)
+    assert h.store.count("produce") == 0 and h.store.count("produce_offsets_end_txn") == 1
+    (call,) = h.store.arguments("produce_offsets_end_txn")
+    assert [(b.topic, b.partition, b.base_sequence) for b in call["batches"]] == [("t", 0, 0), ("t", 1, 0), ("t", 2, 0)]
     h.manager.finish_commit(None)
-    assert h.store.count("end_txn") == 0, "EndTxn went with the last batch"
+    assert h.store.count("end_txn") == 0, "EndTxn went with the batches"
     assert h.store.committed(TID, h.manager.txn_number)
+    assert [f.result(0).partition for f in futures] == [0, 1, 2]
     assert h.manager.state is TxnState.READY
 
 
-def test_the_last_batch_with_the_commit_is_retried_past_its_deadline_after_a_lost_reply() -> None:
-    h = Harness(transactional_id=TID, delivery_timeout=2.0)
-    h.store.fail("produce_end_txn", errors.DatabaseUnavailableError("reply lost"), after=True, times=4)
-    future = h.send(b"a")
+def test_a_partitions_batches_go_in_order_in_the_commit() -> None:
+    h = Harness(transactional_id=TID)
+    futures = [h.send(str(i).encode(), partition=0) for i in range(5)]  # five batches of one
     h.manager.begin_commit()
-    h.run_until_done([future], step=1.0)
-    assert future.result(0).offset == 0
-    # Failed at 0, 1, 2 and 3 s, answered at 4 s: retried past the 2 s delivery timeout.
-    assert h.store.count("produce_end_txn") == 5
-    assert h.store.log[("t", 0)] == [b"a"]
+    h.run_until_done(futures)
+    (call,) = h.store.arguments("produce_offsets_end_txn")
+    assert [(b.base_sequence, len(b.records)) for b in call["batches"]] == [(i, 1) for i in range(5)]
+    assert [f.result(0).offset for f in futures] == [0, 1, 2, 3, 4]
+    assert h.store.log[("t", 0)] == [b"0", b"1", b"2", b"3", b"4"]
+
+
+def test_the_commit_is_retried_past_the_delivery_deadline_after_a_lost_reply() -> None:
+    h = Harness(transactional_id=TID, delivery_timeout=2.0)
+    h.store.fail("produce_offsets_end_txn", errors.DatabaseUnavailableError("reply lost"), after=True, times=4)
+    futures = [h.send(b"a"), h.send(b"b", partition=1)]
+    h.manager.begin_commit()
+    h.run_until_done(futures, step=1.0)
+    assert [f.result(0).offset for f in futures] == [0, 0]
+    # Failed at 0, 1, 2 and 3 s, answered at 4 s: retried past the 2 s delivery timeout, the
+    # same batches with the same sequences each time, and answered as a retry in the end.
+    assert h.store.count("produce_offsets_end_txn") == 5
+    assert h.store.log == {("t", 0): [b"a"], ("t", 1): [b"b"]}
     h.manager.finish_commit(None)
     assert h.store.count("end_txn") == 0
     assert h.manager.state is TxnState.READY
+
+
+def test_a_refused_commit_lands_nothing_and_the_transaction_can_only_abort() -> None:
+    h = Harness(transactional_id=TID)
+    h.store.refuse = lambda batch: errors.RecordTooLargeError("too large") if batch["partition"] == 1 else None
+    futures = [h.send(b"a", partition=0), h.send(b"b", partition=1)]
+    h.manager.begin_commit()
+    h.run_until_done(futures)
+    for f in futures:
+        with pytest.raises(errors.RecordTooLargeError):
+            f.result(0)
+    assert h.store.log == {}, "all or nothing"
+    with pytest.raises(errors.TransactionAbortableError, match="RecordTooLargeError"):
+        h.manager.finish_commit(None)
+    assert h.manager.state is TxnState.ABORTABLE_ERROR
+
+
+def test_the_held_offsets_go_with_the_commit_and_a_group_refusal_is_abortable() -> None:
+    h = Harness(transactional_id=TID)
+    group = ConsumerGroupMetadata("g", 3, "m1", None)
+    h.manager.txn_offset_commit({("in", 0): (5, "")}, group, None)
+    h.manager.txn_offset_commit({("in", 1): (7, "x"), ("in", 0): (6, "")}, group, None)
+    assert h.store.count("txn_offset_commit") == 0, "held for the commit"
+    future = h.send(b"a")
+    h.manager.begin_commit()
+    h.run_until_done([future])
+    (offsets,) = h.store.offsets_committed
+    assert dict(offsets.offsets) == {("in", 0): (6, ""), ("in", 1): (7, "x")}
+    h.manager.finish_commit(None)
+
+    h.manager.begin_transaction()
+    h.manager.txn_offset_commit({("in", 0): (8, "")}, group, None)
+    h.store.fail("produce_offsets_end_txn", errors.IllegalGenerationError("rebalanced"))
+    future = h.send(b"b")
+    h.manager.begin_commit()
+    h.run_until_done([future])
+    with pytest.raises(errors.TransactionAbortableError) as info:
+        future.result(0)
+    assert isinstance(info.value.__cause__, errors.IllegalGenerationError)
+    with pytest.raises(errors.TransactionAbortableError):
+        h.manager.finish_commit(None)
+    assert h.manager.state is TxnState.ABORTABLE_ERROR
 
 
 def test_a_transactional_batch_out_of_time_makes_the_transaction_abortable_and_the_abort_bumps() -> None:

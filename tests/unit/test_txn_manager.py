@@ -273,7 +273,7 @@ def test_a_commit_by_a_fenced_instance_is_fatal() -> None:
     assert m.state is TxnState.FATAL_ERROR
 
 
-def test_offsets_refused_for_the_consumer_make_the_transaction_abortable() -> None:
+def test_offsets_are_held_for_the_commit_and_a_refusal_there_is_abortable() -> None:
     store = FakeStore()
     m = ready(store)
     group = ConsumerGroupMetadata("g", 3, "member-1", None)
@@ -281,9 +281,38 @@ def test_offsets_refused_for_the_consumer_make_the_transaction_abortable() -> No
         m.txn_offset_commit({("t", 0): (5, "")}, group, None)  # not in a transaction
     m.begin_transaction()
     m.txn_offset_commit({("t", 0): (5, "")}, group, None)
+    assert store.count("txn_offset_commit") == 0
+    # Nothing was left to send with the commit: the offsets and EndTxn go in one call.
+    store.fail("produce_offsets_end_txn", errors.IllegalGenerationError("rebalanced"))
+    m.begin_commit()
+    with pytest.raises(errors.TransactionAbortableError) as info:
+        m.finish_commit(None)
+    assert isinstance(info.value.__cause__, errors.IllegalGenerationError)
+    assert m.state is TxnState.ABORTABLE_ERROR
+    m.begin_abort()
+    m.finish_abort(None)
+    assert m.commit_offsets() is None, "an abort drops the held offsets"
+
+
+def test_offsets_of_a_second_group_send_the_first_groups_at_once() -> None:
+    store = FakeStore()
+    m = ready(store)
+    m.begin_transaction()
+    first, second = ConsumerGroupMetadata("g1", 3, "m1", None), ConsumerGroupMetadata("g2", 1, "m2", None)
+    m.txn_offset_commit({("t", 0): (5, "")}, first, None)
+    m.txn_offset_commit({("u", 0): (9, "")}, second, None)
+    (sent,) = store.arguments("txn_offset_commit")
+    assert (sent["group_id"], dict(sent["offsets"])) == ("g1", {("t", 0): (5, "")})
+    m.begin_commit()
+    m.finish_commit(None)
+    (carried,) = store.offsets_committed
+    assert carried.group_id == "g2" and m.state is TxnState.READY
+    # A refusal of the offsets sent at once is the application's to see at that call.
+    m.begin_transaction()
+    m.txn_offset_commit({("t", 0): (6, "")}, first, None)
     store.fail("txn_offset_commit", errors.IllegalGenerationError("rebalanced"))
     with pytest.raises(errors.TransactionAbortableError):
-        m.txn_offset_commit({("t", 0): (6, "")}, group, None)
+        m.txn_offset_commit({("u", 0): (10, "")}, second, None)
     assert m.state is TxnState.ABORTABLE_ERROR
 
 
