@@ -2,6 +2,10 @@
 
 Pure bookkeeping under the producer's lock: no I/O here. A partition's batches leave in order,
 one at a time, so sequence numbers are assigned in order and a batch is never overtaken.
+
+A batch keeps its records as columns (keys, values, headers, timestamps), the form the store
+takes them in, and one :class:`~oncelog.record_future.BatchResult` that completes all of them:
+appending a record allocates nothing but its handle (docs/design.md, "The producer client").
 """
 
 from __future__ import annotations
@@ -9,26 +13,14 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from oncelog.store.records import Headers
-from oncelog.types import RecordMetadata, TopicPartition
+from oncelog.record_future import BatchResult, RecordFuture
+from oncelog.store.records import RecordColumns
+from oncelog.types import TopicPartition
 
 _batch_ids = itertools.count()
-
-
-@dataclass(slots=True)
-class PendingRecord:
-    """A serialized record and the future its sender waits on."""
-
-    key: bytes | None
-    value: bytes | None
-    headers: Headers | None
-    timestamp: datetime | None
-    size: int
-    future: Future[RecordMetadata]
 
 
 @dataclass(slots=True)
@@ -42,7 +34,10 @@ class ProducerBatch:
 
     tp: TopicPartition
     created: float
-    records: list[PendingRecord] = field(default_factory=list)
+    #: The records, as the store takes them; appended to while the batch is open.
+    columns: RecordColumns
+    #: Completes every record's future at once.
+    result: BatchResult
     size: int = 0
     full: bool = False
     base_sequence: int | None = None
@@ -63,10 +58,40 @@ class ProducerBatch:
     next_attempt_at: float = 0.0
     id: int = field(default_factory=lambda: next(_batch_ids))
 
+    @classmethod
+    def open(cls, tp: TopicPartition, now: float, txn_number: int | None = None) -> ProducerBatch:
+        """An empty batch for ``tp``, started at ``now``."""
+        return cls(tp, now, RecordColumns([], []), BatchResult(tp.topic, tp.partition), txn_number=txn_number)
+
+    @property
+    def count(self) -> int:
+        """How many records the batch holds."""
+        return len(self.columns.values)
+
     @property
     def sent_once(self) -> bool:
         """Whether an attempt may have reached the store (its outcome may be unknown)."""
         return self.attempts > 0
+
+    def add(
+        self, key: bytes | None, value: bytes | None, headers: str | None, timestamp: datetime | None, size: int
+    ) -> RecordFuture:
+        """Append one record (``headers`` already encoded: the store's JSON text); its future."""
+        cols = self.columns
+        index = len(cols.values)
+        cols.keys.append(key)
+        cols.values.append(value)
+        # The optional columns exist from the first record that needs one (None before it).
+        if headers is not None or cols.headers is not None:
+            if cols.headers is None:
+                cols.headers = [None] * index
+            cols.headers.append(headers)
+        if timestamp is not None or cols.timestamps is not None:
+            if cols.timestamps is None:
+                cols.timestamps = self.result.timestamps = [None] * index
+            cols.timestamps.append(timestamp)
+        self.size += size
+        return RecordFuture(self.result, index)
 
 
 class RecordAccumulator:
@@ -79,21 +104,31 @@ class RecordAccumulator:
         self.buffered_bytes = 0
 
     def append(
-        self, tp: TopicPartition, record: PendingRecord, now: float, txn_number: int | None = None
-    ) -> ProducerBatch:
-        """Add ``record`` to the open batch of ``tp`` (a new one if none is open); return that batch."""
-        queue = self._queues.setdefault(tp, deque())
-        last = queue[-1] if queue else None
-        batch = last if last and not last.full and not last.sent_once and last.txn_number == txn_number else None
-        if batch is None:
-            batch = ProducerBatch(tp=tp, created=now, txn_number=txn_number)
+        self,
+        tp: TopicPartition,
+        key: bytes | None,
+        value: bytes | None,
+        headers: str | None,
+        timestamp: datetime | None,
+        *,
+        size: int,
+        now: float,
+        txn_number: int | None = None,
+    ) -> tuple[ProducerBatch, RecordFuture]:
+        """Add a record to the open batch of ``tp`` (a new one if none is open); return that
+        batch and the record's future."""
+        queue = self._queues.get(tp)
+        if queue is None:
+            queue = self._queues[tp] = deque()
+        batch = queue[-1] if queue else None
+        if batch is None or batch.full or batch.attempts or batch.txn_number != txn_number:
+            batch = ProducerBatch.open(tp, now, txn_number)
             queue.append(batch)
-        batch.records.append(record)
-        batch.size += record.size
-        self.buffered_bytes += record.size
-        if batch.size >= self._batch_size or len(batch.records) >= self._max_records:
+        future = batch.add(key, value, headers, timestamp, size)
+        self.buffered_bytes += size
+        if batch.size >= self._batch_size or len(batch.columns.values) >= self._max_records:
             batch.full = True
-        return batch
+        return batch, future
 
     def ready(self, now: float, linger: float, flush: bool) -> list[ProducerBatch]:
         """Head batches that may be sent now: full, lingered long enough, followed by another

@@ -33,13 +33,13 @@ from datetime import datetime
 from typing import Any
 
 from oncelog import errors, validate
-from oncelog.accumulator import PendingRecord, ProducerBatch, RecordAccumulator
+from oncelog.accumulator import ProducerBatch, RecordAccumulator
 from oncelog.client import Client
 from oncelog.metrics import WindowedRate
 from oncelog.partitioner import DefaultPartitioner, Partitioner
 from oncelog.producer_store import DatabaseStore, ProducerStore
 from oncelog.sender import Sender, SenderMetrics, fail_batch
-from oncelog.serde import Serializer, resolve_serializer
+from oncelog.serde import Serializer, resolve_serializer, serialize_bytes
 from oncelog.store import topics
 from oncelog.store.engine import DEFAULT_SCHEMA
 from oncelog.store.records import Headers, encode_headers, record_size
@@ -136,7 +136,8 @@ class Producer(Client):
         self._value_ser = resolve_serializer(value_serializer)
         self._default_partitioner = DefaultPartitioner()
         self._partitioner: Partitioner = partitioner or self._default_partitioner
-        self._metadata: dict[str, tuple[float, topics.TopicMetadata]] = {}
+        # topic -> (fetched at, metadata, its TopicPartitions by number)
+        self._metadata: dict[str, tuple[float, topics.TopicMetadata, list[TopicPartition]]] = {}
         self._metrics = _ProducerMetrics()
 
         # The parts (Kafka's KafkaProducer / RecordAccumulator / Sender / TransactionManager): the
@@ -192,48 +193,57 @@ class Producer(Client):
         max_message_bytes) raises a typed error here and queues nothing. ``timestamp`` is a
         datetime or milliseconds since the epoch; ``callback(metadata, exception)`` runs on the
         sender thread when the record completes.
+
+        The future is a :class:`~oncelog.record_future.RecordFuture`: a light handle on its
+        batch's outcome (all records of a batch complete together), and a
+        ``concurrent.futures.Future`` for ``wait()``, ``as_completed()`` and asyncio.
         """
         if self._sender.closing or self._closed:
             raise errors.ProducerClosedError()
         self._manager.require_in_transaction()
-        # Every argument is checked before anything is queued: a bad one raises here, typed.
-        validate.text("topic", topic, error=errors.InvalidTopicError)
-        validate.callback("callback", callback)
-        key_bytes = validate.serialized("key", self._key_ser, key)
-        value_bytes = validate.serialized("value", self._value_ser, value)
-        header_list = validate.headers(headers)
-        ts = validate.record_timestamp(timestamp)
-        meta = self._topic_metadata(topic)
+        # Every argument is checked before anything is queued: a bad one raises here, typed. The
+        # common case (bytes in, no headers, no timestamp) takes the short branch of each check:
+        # this runs once per record.
+        now = time.monotonic()
+        topic_meta = self._fresh_metadata(topic, now)
+        if callback is not None:
+            validate.callback("callback", callback)
+        if key is None or (type(key) is bytes and self._key_ser is serialize_bytes):
+            key_bytes = key
+        else:
+            key_bytes = validate.serialized("key", self._key_ser, key)
+        if value is None or (type(value) is bytes and self._value_ser is serialize_bytes):
+            value_bytes = value
+        else:
+            value_bytes = validate.serialized("value", self._value_ser, value)
+        headers_json = None if headers is None else encode_headers(validate.headers(headers))
+        ts = None if timestamp is None else validate.record_timestamp(timestamp)
+        meta, tps = topic_meta
         if partition is None:
             partition = self._partitioner(topic, key_bytes, meta.partitions)
-        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < meta.partitions:
+        if (
+            type(partition) is not int and (isinstance(partition, bool) or not isinstance(partition, int))
+        ) or not 0 <= partition < meta.partitions:
             raise errors.UnknownTopicOrPartitionError(
                 f"partition {partition!r} of topic {topic!r} does not exist ({meta.partitions} partitions)"
             )
-        size = record_size(key_bytes, value_bytes, encode_headers(header_list))
+        size = record_size(key_bytes, value_bytes, headers_json)
         if size > meta.max_message_bytes:
             raise errors.RecordTooLargeError(
                 f"a record of {size} bytes exceeds max_message_bytes {meta.max_message_bytes} of topic {topic!r}"
             )
-        future: Future[RecordMetadata] = Future()
-        if callback is not None:
-            _attach(future, callback)
-        record = PendingRecord(key_bytes, value_bytes, header_list, ts, size, future)
-        tp = TopicPartition(topic, partition)
-        deadline = time.monotonic() + self._max_block
         with self._cond:
-            while self._acc.buffered_bytes + size > self._buffer_memory and self._acc.buffered_bytes > 0:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._sender.closing:
-                    raise errors.DeliveryTimeoutError(
-                        f"buffer_memory ({self._buffer_memory} bytes) stayed full for max_block_ms"
-                    )
-                self._cond.wait(remaining)
+            if self._acc.buffered_bytes + size > self._buffer_memory and self._acc.buffered_bytes > 0:
+                self._wait_for_buffer(size, now + self._max_block)
             txn_number = self._manager.txn_number if self._manager.transactional else None
-            batch = self._acc.append(tp, record, time.monotonic(), txn_number)
-            if batch.full or len(batch.records) == 1:
+            batch, future = self._acc.append(
+                tps[partition], key_bytes, value_bytes, headers_json, ts, size=size, now=now, txn_number=txn_number
+            )
+            if batch.full or batch.count == 1:
                 # A new batch starts its linger clock; a full one is ready now.
                 self._cond.notify_all()
+            if callback is not None:
+                future.add_record_callback(callback)
         if batch.full:
             if key_bytes is None and self._partitioner is self._default_partitioner:
                 # The sticky partition's batch is complete: the next keyless records go elsewhere.
@@ -243,6 +253,16 @@ class Producer(Client):
             # thread keeps appending, and a transaction's batches then all wait for its commit.
             time.sleep(0)
         return future
+
+    def _wait_for_buffer(self, size: int, deadline: float) -> None:
+        """Under the lock: wait until ``size`` more bytes fit in buffer_memory (max_block_ms)."""
+        while self._acc.buffered_bytes + size > self._buffer_memory and self._acc.buffered_bytes > 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._sender.closing:
+                raise errors.DeliveryTimeoutError(
+                    f"buffer_memory ({self._buffer_memory} bytes) stayed full for max_block_ms"
+                )
+            self._cond.wait(remaining)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every queued record now and wait until all have completed (or ``timeout`` passes)."""
@@ -453,14 +473,27 @@ class Producer(Client):
 
     # --- metadata ---------------------------------------------------------------------------
 
+    def _fresh_metadata(self, topic: str, now: float) -> tuple[topics.TopicMetadata, list[TopicPartition]]:
+        """The topic's metadata and its partitions, cached for metadata_max_age_ms (send()'s path:
+        a hit costs one lookup)."""
+        try:
+            cached = self._metadata.get(topic)
+        except TypeError:  # unhashable: not a topic name
+            cached = None
+        if cached is not None and now - cached[0] < self._metadata_max_age:
+            return cached[1], cached[2]
+        meta = self._topic_metadata(topic, refresh=True)
+        return meta, self._metadata[topic][2]
+
     def _topic_metadata(self, topic: str, refresh: bool = False) -> topics.TopicMetadata:
+        validate.text("topic", topic, error=errors.InvalidTopicError)
         now = time.monotonic()
         cached = self._metadata.get(topic)
         if cached and not refresh and now - cached[0] < self._metadata_max_age:
             return cached[1]
         with self._request() as conn:
             meta = topics.topic_metadata(conn, name=topic)
-        self._metadata[topic] = (now, meta)
+        self._metadata[topic] = (now, meta, [TopicPartition(topic, p) for p in range(meta.partitions)])
         return meta
 
 
@@ -482,13 +515,13 @@ class _ProducerMetrics(SenderMetrics):
         """``batch`` was acknowledged after a request of ``latency_ms``."""
         with self._lock:
             m = self._values
-            m["record_send_total"] += len(batch.records)
+            m["record_send_total"] += batch.count
             m["batch_send_total"] += 1
             m["batch_size_total"] += batch.size
             m["batch_size_max"] = max(m["batch_size_max"], batch.size)
             m["request_latency_total_ms"] += latency_ms
             m["request_latency_max_ms"] = max(m["request_latency_max_ms"], latency_ms)
-        self._record_rate.record(len(batch.records))
+        self._record_rate.record(batch.count)
         self._request_rate.record()
 
     def snapshot(self) -> dict[str, float]:
@@ -538,17 +571,6 @@ def _attempt_timeout(delivery_timeout_ms: float) -> float:
     a batch waiting for a partition's lock must give the batches behind it a turn well before their
     deadlines; it is retried (a lock timeout appends nothing) until its own deadline."""
     return max(min(_REQUEST_TIMEOUT_MS, delivery_timeout_ms / 4), 1) / 1000
-
-
-def _attach(future: Future[RecordMetadata], callback: Callback) -> None:
-    def done(f: Future[RecordMetadata]) -> None:
-        exc = f.exception()
-        try:
-            callback(None if exc else f.result(), exc)
-        except Exception:  # a user callback must not kill the sender thread
-            logger.exception("producer callback raised")
-
-    future.add_done_callback(done)
 
 
 def _check_config(**values: float) -> None:

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from oncelog.store import groups, log, txn
 from oncelog.store.engine import CLIENT_GRACE_S, bounded, set_request_timeout
-from oncelog.store.records import ProduceResult, ProducerIdAndEpoch, RecordIn, TxnBatch, TxnOffsets
+from oncelog.store.records import ProduceResult, ProducerIdAndEpoch, RecordColumns, TxnBatch, TxnOffsets
 from oncelog.store.txn import TransactionalIdentity
 
 __all__ = ["DatabaseStore", "ProducerStore"]
@@ -54,7 +54,7 @@ class ProducerStore(Protocol):
         *,
         topic: str,
         partition: int,
-        records: Sequence[RecordIn],
+        records: RecordColumns,
         producer_id: int | None,
         producer_epoch: int | None,
         base_sequence: int | None,

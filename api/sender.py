@@ -22,9 +22,8 @@ from typing import Any
 from oncelog import errors
 from oncelog.accumulator import ProducerBatch, RecordAccumulator
 from oncelog.producer_store import ProducerStore
-from oncelog.store.records import ProduceResult, RecordIn, TxnBatch
+from oncelog.store.records import ProduceResult, TxnBatch
 from oncelog.txn_manager import TransactionManager
-from oncelog.types import RecordMetadata
 
 __all__ = ["MAX_RESEQUENCE_TRIES", "Sender", "fail_batch"]
 
@@ -257,7 +256,7 @@ class Sender:
                 conn,
                 topic=batch.tp.topic,
                 partition=batch.tp.partition,
-                records=_records_in(batch),
+                records=batch.columns,
                 producer_id=batch.producer_id,
                 producer_epoch=batch.epoch,
                 base_sequence=batch.base_sequence,
@@ -291,7 +290,7 @@ class Sender:
             tid, pid, epoch, number = manager.transactional_id, first.producer_id, first.epoch, first.txn_number
             if tid is None or pid is None or epoch is None or number is None:
                 raise errors.IllegalStateError("a commit needs its transaction and the producer's identity")
-            batches = [TxnBatch(b.tp.topic, b.tp.partition, b.base_sequence or 0, _records_in(b)) for b in group]
+            batches = [TxnBatch(b.tp.topic, b.tp.partition, b.base_sequence or 0, b.columns) for b in group]
             conn = self._connection()
             with self._store.request(conn, self._attempt_timeout):
                 results, _ = self._store.produce_offsets_end_txn(  # committed (or already)
@@ -458,37 +457,22 @@ class Sender:
         # By tries, not sends: a re-initialisation that keeps failing backs off like a send.
         delay = min(self._backoff * 2 ** max(batch.tries - 1, 0), self._backoff_max)
         batch.next_attempt_at = now + delay
-        self._metrics.bump("record_retry_total", len(batch.records))
+        self._metrics.bump("record_retry_total", batch.count)
         logger.debug("retrying batch %s of %s in %.3fs after %r", batch.id, batch.tp, delay, exc)
 
     def _finish_failed(self, batch: ProducerBatch, exc: BaseException) -> None:
-        self._metrics.bump("record_error_total", len(batch.records))
+        self._metrics.bump("record_error_total", batch.count)
         with self._cond:
             self._acc.complete(batch)
             self._cond.notify_all()
         fail_batch(batch, exc)
 
 
-def _records_in(batch: ProducerBatch) -> list[RecordIn]:
-    return [RecordIn(r.value, r.key, r.headers, r.timestamp) for r in batch.records]
-
-
 def _acknowledge(batch: ProducerBatch, result: ProduceResult) -> None:
     """Complete every record of an acknowledged batch with where it landed."""
-    for i, rec in enumerate(batch.records):
-        if not rec.future.done():
-            rec.future.set_result(
-                RecordMetadata(
-                    topic=batch.tp.topic,
-                    partition=batch.tp.partition,
-                    offset=result.base_offset + i,
-                    timestamp=rec.timestamp or result.log_append_time,
-                )
-            )
+    batch.result.succeed(result.base_offset, result.log_append_time)
 
 
 def fail_batch(batch: ProducerBatch, exc: BaseException) -> None:
-    """Fail every record of ``batch`` not completed yet with ``exc``."""
-    for rec in batch.records:
-        if not rec.future.done():
-            rec.future.set_exception(exc)
+    """Fail every record of ``batch`` (a batch completes once: a later call changes nothing)."""
+    batch.result.fail(exc)

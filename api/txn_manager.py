@@ -218,7 +218,7 @@ class TransactionManager:
                 raise errors.IllegalStateError("a batch cannot be sequenced before the producer has an id")
             batch.producer_id, batch.epoch = self._identity.producer_id, self._identity.epoch
             batch.base_sequence = self._next_sequence.get(batch.tp, 0)
-            self._next_sequence[batch.tp] = (batch.base_sequence + len(batch.records)) % SEQUENCE_MODULUS
+            self._next_sequence[batch.tp] = (batch.base_sequence + batch.count) % SEQUENCE_MODULUS
 
     def release_sequence(self, batch: ProducerBatch) -> None:
         """A batch was refused outright (nothing appended): its sequences are free again for the

@@ -16,6 +16,8 @@ import os
 import signal
 import sys
 import uuid
+from collections.abc import Mapping
+from typing import Any
 
 from oncelog import Consumer, Producer, errors
 
@@ -25,8 +27,20 @@ def transform(value: bytes) -> bytes:
     return value.upper()
 
 
-def run(url: str, *, input_topic: str, output_topic: str, group: str, transactional_id: str, idle_exit: float) -> int:
-    """Copy ``input_topic`` to ``output_topic`` exactly once; return the number of records copied."""
+def run(
+    url: str,
+    *,
+    input_topic: str,
+    output_topic: str,
+    group: str,
+    transactional_id: str,
+    idle_exit: float,
+    producer_config: Mapping[str, Any] | None = None,
+) -> int:
+    """Copy ``input_topic`` to ``output_topic`` exactly once; return the number of records copied.
+
+    ``producer_config``: more Producer settings (e.g. a small ``max_batch_records``, so batches
+    leave before the commit and the store sees each transaction open while it is filled)."""
     copied = 0
     stop = False
 
@@ -38,7 +52,7 @@ def run(url: str, *, input_topic: str, output_topic: str, group: str, transactio
     consumer = Consumer(
         url, group_id=group, enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=500
     )
-    producer = Producer(url, transactional_id=transactional_id, linger_ms=2)
+    producer = Producer(url, transactional_id=transactional_id, **{"linger_ms": 2, **(producer_config or {})})
     try:
         producer.init_transactions()
         consumer.subscribe([input_topic])

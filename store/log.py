@@ -33,11 +33,11 @@ from oncelog.store.records import (
     ProduceResult,
     ProducerIdAndEpoch,
     R,
+    RecordColumns,
     RecordIn,
     TxnBatch,
     TxnOffsets,
     decode_headers,
-    encode_headers,
 )
 from oncelog.store.txn import end_txn_outcome
 
@@ -109,7 +109,7 @@ def produce(
     *,
     topic: str,
     partition: int,
-    records: Sequence[RecordIn],
+    records: Sequence[RecordIn] | RecordColumns,
     producer_id: int | None = None,
     producer_epoch: int | None = None,
     base_sequence: int | None = None,
@@ -120,7 +120,7 @@ def produce(
 
     Idempotent when a producer id is given; part of transaction ``txn_number`` of
     ``transactional_id`` when those are given (the store opens the transaction and adds the
-    partition to it as needed).
+    partition to it as needed). ``records``: RecordIn values, or the batch's columns.
     """
     params = _produce_params(
         topic=topic,
@@ -140,7 +140,7 @@ def produce_end_txn(
     *,
     topic: str,
     partition: int,
-    records: Sequence[RecordIn],
+    records: Sequence[RecordIn] | RecordColumns,
     producer_id: int,
     producer_epoch: int,
     base_sequence: int,
@@ -198,16 +198,15 @@ def produce_offsets_end_txn(
     values: list[bytes | None] = []
     headers: list[str | None] = []
     timestamps: list[datetime | None] = []
-    for batch in batches:
-        if isinstance(batch.records, RecordIn):
-            raise InvalidRecordError("records must be a sequence of RecordIn, not one RecordIn")
+    batch_columns = [RecordColumns.of(batch.records) for batch in batches]
+    for batch, cols in zip(batches, batch_columns, strict=True):
         _check_range("partition", batch.partition, _INT32, UnknownTopicOrPartitionError)
         _check_range("base_sequence", batch.base_sequence, _INT32)
-        for r in batch.records:
-            keys.append(None if r.key is None else bytes(r.key))
-            values.append(None if r.value is None else bytes(r.value))
-            headers.append(encode_headers(r.headers))
-            timestamps.append(r.timestamp)
+        _check_columns(cols)
+        keys += cols.keys
+        values += cols.values
+        headers += cols.headers if cols.headers is not None else [None] * len(cols)
+        timestamps += cols.timestamps if cols.timestamps is not None else [None] * len(cols)
     group = offsets.offsets if offsets is not None else {}
     params = {
         "transactional_id": transactional_id,
@@ -217,7 +216,7 @@ def produce_offsets_end_txn(
         "topics": [b.topic for b in batches],
         "partitions": [b.partition for b in batches],
         "sequences": [b.base_sequence for b in batches],
-        "counts": [len(b.records) for b in batches],
+        "counts": [len(c) for c in batch_columns],
         "keys": keys,
         "values": values,
         "headers": headers if any(h is not None for h in headers) else None,
@@ -247,7 +246,7 @@ def _produce_params(
     *,
     topic: str,
     partition: int,
-    records: Sequence[RecordIn],
+    records: Sequence[RecordIn] | RecordColumns,
     producer_id: int | None,
     producer_epoch: int | None,
     base_sequence: int | None,
@@ -255,28 +254,37 @@ def _produce_params(
     txn_number: int | None,
 ) -> dict[str, Any]:
     """A batch as the produce functions take it, checked for what the columns can hold."""
-    if isinstance(records, RecordIn):
-        raise InvalidRecordError("records must be a sequence of RecordIn, not one RecordIn")
     _check_range("partition", partition, _INT32, UnknownTopicOrPartitionError)
     _check_range("producer_id", producer_id, 2**63 - 1)
     _check_range("producer_epoch", producer_epoch, _MAX_EPOCH)
     _check_range("base_sequence", base_sequence, _INT32)
     _check_range("txn_number", txn_number, 2**63 - 1)
-    headers = [encode_headers(r.headers) for r in records]
-    timestamps: list[datetime | None] = [r.timestamp for r in records]
+    cols = RecordColumns.of(records)
+    _check_columns(cols)
     return {
         "topic": topic,
         "partition": partition,
         "producer_id": producer_id,
         "epoch": producer_epoch,
         "sequence": base_sequence,
-        "keys": [None if r.key is None else bytes(r.key) for r in records],
-        "values": [None if r.value is None else bytes(r.value) for r in records],
-        "headers": headers if any(h is not None for h in headers) else None,
-        "timestamps": timestamps if any(t is not None for t in timestamps) else None,
+        "keys": cols.keys,
+        "values": cols.values,
+        "headers": cols.headers,
+        "timestamps": cols.timestamps,
         "transactional_id": transactional_id,
         "txn_number": txn_number,
     }
+
+
+def _check_columns(cols: RecordColumns) -> None:
+    """Columns of one length (the store refuses others too, with a less precise message)."""
+    n = len(cols.values)
+    if (
+        len(cols.keys) != n
+        or (cols.headers is not None and len(cols.headers) != n)
+        or (cols.timestamps is not None and len(cols.timestamps) != n)
+    ):
+        raise InvalidRecordError("a batch's keys, values, headers and timestamps differ in length")
 
 
 def fetch_many(

@@ -25,6 +25,41 @@ class RecordIn:
     timestamp: datetime | None = None
 
 
+@dataclass(slots=True)
+class RecordColumns:
+    """A batch's records as the produce functions take them: one list per column, so a client
+    that builds a batch record by record (the producer's accumulator) hands it over without a
+    RecordIn per record or a copy.
+
+    ``headers`` holds each record's headers as :func:`encode_headers` wrote them (None: no
+    headers), or is None when no record has any; ``timestamps`` likewise (None: the append time).
+    """
+
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    headers: list[str | None] | None = None
+    timestamps: list[datetime | None] | None = None
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @classmethod
+    def of(cls, records: Sequence[RecordIn] | RecordColumns) -> RecordColumns:
+        """``records`` as columns (columns are returned as they are)."""
+        if isinstance(records, RecordColumns):
+            return records
+        if isinstance(records, RecordIn):
+            raise InvalidRecordError("records must be a sequence of RecordIn, not one RecordIn")
+        headers = [encode_headers(r.headers) for r in records]
+        timestamps = [r.timestamp for r in records]
+        return cls(
+            keys=[None if r.key is None else bytes(r.key) for r in records],
+            values=[None if r.value is None else bytes(r.value) for r in records],
+            headers=headers if any(h is not None for h in headers) else None,
+            timestamps=timestamps if any(t is not None for t in timestamps) else None,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class TxnBatch:
     """One batch of a transaction's commit (:func:`oncelog.store.log.produce_offsets_end_txn`):
@@ -33,7 +68,7 @@ class TxnBatch:
     topic: str
     partition: int
     base_sequence: int
-    records: Sequence[RecordIn]
+    records: Sequence[RecordIn] | RecordColumns
 
 
 @dataclass(frozen=True, slots=True)

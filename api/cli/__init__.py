@@ -95,6 +95,7 @@ cli.add_command(txns)
 cli.add_command(groups)
 cli.add_command(acls)
 
+
 def _verify_command() -> click.Command:
     """``oncelog verify`` from the oncelog-verify distribution, or, when that optional part is
     not installed, a command of the same name that says how to install it."""
@@ -119,7 +120,6 @@ def _verify_command() -> click.Command:
         )
 
     return missing
-
 
 
 def main() -> None:

@@ -73,6 +73,9 @@ copied = example.run(
     group=sys.argv[4],
     transactional_id=sys.argv[5],
     idle_exit=float(sys.argv[6]),
+    # Batches leave while the transaction fills (not all with its commit), so a kill can land
+    # in a transaction the store holds open: the zombie-fencing and abort paths are exercised.
+    producer_config={"max_batch_records": 20},
 )
 print(f"copied {copied}", flush=True)
 """

@@ -74,6 +74,7 @@ class ProducerM:
 class TidM:
     pid: int
     state: str = "Empty"
+    prev_pid: int | None = None  # the id retired by the last rotation (expiry or exhausted epoch)
     txn: int = 0
     timed_out: bool = False  # the open transaction is past its timeout
     opened: int = 0  # when its open transaction started, in the model's order of events
@@ -174,6 +175,10 @@ class Model:
             return ok((self.tids[tid].pid, 0, 0))
         if pid is not None and t.state != "Dead":
             pr = self.producers[t.pid]
+            if pid == t.prev_pid and t.state != "Ongoing" and self.producers[pid].last_epoch == epoch:
+                # A retry of the call that rotated the id, from the identity that asked for it
+                # (the retired id remembers that identity's epoch): the same answer.
+                return ok((t.pid, pr.epoch, t.txn))
             if pid != t.pid:
                 return err(errors.ProducerFencedError)
             if epoch == pr.last_epoch and epoch != pr.epoch:
@@ -188,8 +193,10 @@ class Model:
             if pid is not None:
                 pr.last_epoch = epoch
         elif t.state == "Dead" or pr.epoch >= EXHAUSTED:
-            # The old id is retired with the fencing epoch: nothing can write with it any more.
-            pr.epoch, pr.last_epoch = TOP_EPOCH, None
+            # The old id is retired with the fencing epoch: nothing can write with it any more. It
+            # remembers the identity that asked for the move (none if the caller named none).
+            pr.epoch, pr.last_epoch = TOP_EPOCH, epoch if pid is not None and pid == t.pid else None
+            t.prev_pid = t.pid
             self._new_pid(tid, new_pid())
         else:
             pr.last_epoch = pr.epoch if pid is not None else None

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from oncelog import errors
-from oncelog.store.records import ProduceResult, ProducerIdAndEpoch, RecordIn, TxnBatch, TxnOffsets
+from oncelog.store.records import ProduceResult, ProducerIdAndEpoch, RecordColumns, TxnBatch, TxnOffsets
 from oncelog.store.txn import TransactionalIdentity
 
 
@@ -168,7 +168,7 @@ class FakeStore:
         if refused is not None:
             raise refused
         topic, partition = batch["topic"], batch["partition"]
-        records: Sequence[RecordIn] = batch["records"]
+        records = RecordColumns.of(batch["records"])
         pid, epoch, seq = batch["producer_id"], batch["producer_epoch"], batch["base_sequence"]
         tid = batch.get("transactional_id")
         now = datetime.now(UTC)
@@ -195,7 +195,7 @@ class FakeStore:
             txn.open = batch["txn_number"]
         base = self.offsets.get((topic, partition), 0)
         self.offsets[(topic, partition)] = base + len(records)
-        self.log.setdefault((topic, partition), []).extend(r.value for r in records)
+        self.log.setdefault((topic, partition), []).extend(records.values)
         if pid is not None:
             self.batches[(pid, topic, partition)].append(_Appended(pid, epoch, seq, base, len(records)))
         return ProduceResult(base, base + len(records) - 1, now, False)

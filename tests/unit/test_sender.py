@@ -15,7 +15,7 @@ from concurrent.futures import Future
 import pytest
 
 from oncelog import errors
-from oncelog.accumulator import PendingRecord, ProducerBatch, RecordAccumulator
+from oncelog.accumulator import ProducerBatch, RecordAccumulator
 from oncelog.sender import MAX_RESEQUENCE_TRIES, Sender, SenderMetrics
 from oncelog.txn_manager import TransactionManager
 from oncelog.txn_state import TxnState
@@ -81,13 +81,12 @@ class Harness:
 
     def send(self, value: bytes, partition: int = 0) -> Future[RecordMetadata]:
         """Append one record as a batch of its own (the previous one of the partition is closed)."""
-        future: Future[RecordMetadata] = Future()
         tp = TopicPartition("t", partition)
         number = self.manager.txn_number if self.manager.transactional else None
         with self.cond:
             for b in self.acc.batches():
                 b.full = True
-            self.acc.append(tp, PendingRecord(None, value, None, None, len(value), future), self.now, number)
+            _, future = self.acc.append(tp, None, value, None, None, size=len(value), now=self.now, txn_number=number)
         return future
 
     def step(self, seconds: float = 0.0) -> int:

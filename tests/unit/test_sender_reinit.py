@@ -20,6 +20,7 @@ import oncelog.producer as producer_module
 from oncelog import Producer, errors
 from oncelog.sender import MAX_RESEQUENCE_TRIES
 from oncelog.store.topics import TopicMetadata
+from oncelog.types import TopicPartition
 from tests.unit.fake_store import FakeStore
 
 #: Bounds a future's wait in these tests; never an assertion on speed.
@@ -31,7 +32,11 @@ def fake_producer(store: FakeStore, monkeypatch: pytest.MonkeyPatch, **config: A
     """A Producer whose sender talks to ``store`` (no database is ever contacted)."""
     monkeypatch.setattr(producer_module, "_store", lambda client: store)
     producer = Producer("postgresql://nobody@127.0.0.1:1/none", linger_ms=0, retry_backoff_ms=1, **config)
-    producer._metadata["t"] = (time.monotonic() + 3600, TopicMetadata(partitions=2, max_message_bytes=1 << 20))
+    producer._metadata["t"] = (
+        time.monotonic() + 3600,
+        TopicMetadata(partitions=2, max_message_bytes=1 << 20),
+        [TopicPartition("t", 0), TopicPartition("t", 1)],
+    )
     try:
         yield producer
     finally:

@@ -72,9 +72,7 @@ def test_bytes_round_trip(data: bytes) -> None:
 def test_bytes_refuses_other_types(value: Any, got: str) -> None:
     with pytest.raises(InvalidRecordError) as info:
         serialize_bytes(value)
-    assert str(info.value) == (
-        f"the 'bytes' serializer expects bytes, bytearray, memoryview or None, got {got}"
-    )
+    assert str(info.value) == (f"the 'bytes' serializer expects bytes, bytearray, memoryview or None, got {got}")
 
 
 # --- str -----------------------------------------------------------------------------------------
@@ -159,8 +157,7 @@ def test_json_refuses_values_it_cannot_encode(value: Any, got: str) -> None:
         serialize_json(value)
     message = str(info.value)
     assert message.startswith(
-        "the 'json' serializer expects a JSON-compatible value (dict, list, str, int, float, bool) "
-        f"or None, got {got} "
+        f"the 'json' serializer expects a JSON-compatible value (dict, list, str, int, float, bool) or None, got {got} "
     )
     assert isinstance(info.value.__cause__, TypeError)
 
@@ -183,9 +180,7 @@ def test_json_refuses_a_lone_surrogate() -> None:
         serialize_json("\udc80")
 
 
-@pytest.mark.parametrize(
-    "data", [b"{", b"NaN", b"[Infinity]", b"-Infinity", b"\xff", b"", "[1]".encode("utf-16")]
-)
+@pytest.mark.parametrize("data", [b"{", b"NaN", b"[Infinity]", b"-Infinity", b"\xff", b"", "[1]".encode("utf-16")])
 def test_json_deserializer_refuses_bad_data(data: bytes) -> None:
     with pytest.raises(InvalidRecordError, match="cannot parse the data as UTF-8 JSON"):
         deserialize_json(data)
@@ -276,9 +271,7 @@ def test_resolve_refuses_an_unknown_default() -> None:
 def test_resolve_refuses_what_is_neither_name_nor_callable(spec: Any, got: str) -> None:
     with pytest.raises(ConfigurationError) as info:
         resolve_serializer(spec)
-    assert str(info.value) == (
-        f"a serializer must be a name ('bytes', 'str', 'json') or a callable, got {got}"
-    )
+    assert str(info.value) == (f"a serializer must be a name ('bytes', 'str', 'json') or a callable, got {got}")
     with pytest.raises(ConfigurationError, match=f"a deserializer must be .* got {got}"):
         resolve_deserializer(spec)
 

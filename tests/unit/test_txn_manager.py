@@ -7,16 +7,15 @@ transition table itself is tested exhaustively by test_txn_state.py.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future
 
 import pytest
 
 from oncelog import errors
-from oncelog.accumulator import PendingRecord, ProducerBatch
+from oncelog.accumulator import ProducerBatch
 from oncelog.store.records import ProducerIdAndEpoch
 from oncelog.txn_manager import SEQUENCE_MODULUS, TransactionManager
 from oncelog.txn_state import TxnState
-from oncelog.types import ConsumerGroupMetadata, RecordMetadata, TopicPartition
+from oncelog.types import ConsumerGroupMetadata, TopicPartition
 from tests.unit.fake_store import FakeStore
 
 TID = "txn-app"
@@ -45,10 +44,10 @@ def manager(
 
 
 def batch(records: int = 1, tp: TopicPartition = TP, *, attempts: int = 0) -> ProducerBatch:
-    b = ProducerBatch(tp=tp, created=0.0, attempts=attempts)
+    b = ProducerBatch.open(tp, 0.0)
+    b.attempts = attempts
     for _ in range(records):
-        future: Future[RecordMetadata] = Future()
-        b.records.append(PendingRecord(None, b"v", None, None, 1, future))
+        b.add(None, b"v", None, None, 1)
     return b
 
 
