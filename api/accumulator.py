@@ -55,6 +55,9 @@ class ProducerBatch:
     #: Sent with EndTxn (queued when its transaction's commit began: produce_offsets_end_txn):
     #: every retry carries it too, since the first attempt may have committed the transaction.
     ends_txn: bool = False
+    #: Sent in a request of its own from now on: a request of many failed, and a partition that
+    #: fails (its lock held by another session) must not hold the others' batches up again.
+    solo: bool = False
     next_attempt_at: float = 0.0
     id: int = field(default_factory=lambda: next(_batch_ids))
 
@@ -131,18 +134,17 @@ class RecordAccumulator:
         return batch, future
 
     def ready(self, now: float, linger: float, flush: bool) -> list[ProducerBatch]:
-        """Head batches that may be sent now: full, lingered long enough, followed by another
-        batch, flushing, or due for a retry."""
-        out = []
-        for queue in self._queues.values():
-            if not queue:
-                continue
-            head = queue[0]
-            if head.next_attempt_at > now:
-                continue
+        """The head batches to send now. When one is ready (full, lingered long enough, followed
+        by another batch, flushing, or due for a retry), every partition's head that is not
+        waiting out a retry's backoff goes with it, as Kafka's producer drains a node: one
+        request and one commit carry them all, where waiting for each to fill would cost one
+        commit per partition."""
+        heads = [queue[0] for queue in self._queues.values() if queue and queue[0].next_attempt_at <= now]
+        for head in heads:
+            queue = self._queues[head.tp]
             if head.sent_once or head.full or flush or len(queue) > 1 or now - head.created >= linger:
-                out.append(head)
-        return out
+                return heads
+        return []
 
     def next_wakeup(self, now: float, linger: float) -> float | None:
         """Seconds until some head batch becomes ready (None: nothing is queued)."""

@@ -38,7 +38,7 @@ from oncelog.positions import RESETS, NoOffsetForPartitionError, SubscriptionSta
 from oncelog.serde import Deserializer, deserialize_bytes, resolve_deserializer
 from oncelog.store import groups, log
 from oncelog.store.engine import DEFAULT_SCHEMA
-from oncelog.store.records import PartitionFetch
+from oncelog.store.records import PartitionFetch, WaitRegistration
 from oncelog.types import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -52,6 +52,8 @@ _REQUEST_TIMEOUT_MS = 30_000
 #: How long past poll()'s timeout its fetch may still take before its connection is cut (a fetch
 #: made just before the deadline must be given time to answer).
 _FETCH_GRACE_S = 1.0
+#: The longest wait the store registers (fetch_wait_v1): a poll waiting longer registers again.
+_MAX_WAIT_MS = 300_000
 #: A record's value by position, in a FetchedRecord and in a ConsumerRecord (bytes-consumed metric).
 _VALUE = itemgetter(2)
 _TAGGED_VALUE = itemgetter(4)
@@ -90,6 +92,7 @@ class Consumer(Client):
         fetch_min_backoff_ms: int = 5,
         fetch_max_backoff_ms: int = 200,
         read_ahead: bool = False,
+        listen_for_writes: bool = True,
         key_deserializer: str | Deserializer | None = "bytes",
         value_deserializer: str | Deserializer | None = "bytes",
     ) -> None:
@@ -121,6 +124,8 @@ class Consumer(Client):
             raise ConfigurationError("max_poll_records must be at least 1")
         if not isinstance(read_ahead, bool):
             raise ConfigurationError(f"read_ahead must be True or False, not {read_ahead!r}")
+        if not isinstance(listen_for_writes, bool):
+            raise ConfigurationError(f"listen_for_writes must be True or False, not {listen_for_writes!r}")
         if not 0 < fetch_min_backoff_ms <= fetch_max_backoff_ms:
             raise ConfigurationError("need 0 < fetch_min_backoff_ms <= fetch_max_backoff_ms")
         if not 0 < heartbeat_interval_ms < session_timeout_ms:
@@ -147,6 +152,7 @@ class Consumer(Client):
         self._auto_commit_interval = auto_commit_interval_ms / 1000
         self._max_poll_records = max_poll_records
         self._read_ahead = read_ahead
+        self._listen = listen_for_writes
         self._api_timeout = default_api_timeout_ms / 1000
         self._min_backoff = fetch_min_backoff_ms / 1000
         self._max_backoff = fetch_max_backoff_ms / 1000
@@ -332,14 +338,20 @@ class Consumer(Client):
 
         At most ``max_poll_records`` records (or one per partition, if there are more partitions),
         in offset order within each partition; a transaction is returned on all of its partitions
-        in this poll or on none. Waiting backs off from ``fetch_min_backoff_ms`` to
-        ``fetch_max_backoff_ms`` between empty fetches.
+        in this poll or on none. With nothing to read, the consumer registers its wait and
+        LISTENs (``listen_for_writes``): a producer that writes to one of its partitions wakes it
+        (docs/design.md, "Waking readers"). It also looks again by itself, backing off from
+        ``fetch_min_backoff_ms`` to ``fetch_max_backoff_ms`` between empty fetches.
         """
         # Not None: poll() always returns by its timeout. A negative one (a deadline passed) means 0.
         limit = validate.INT32_MAX / 1000
         wait = validate.number("timeout", timeout, low=-limit, high=limit, error=errors.InvalidRequestError)
         deadline = time.monotonic() + max(wait, 0.0)
         backoff = self._min_backoff
+        registration: WaitRegistration | None = None
+        registered_until = 0.0
+        woken = False
+        last_fetch = 0.0
         while True:
             if self._coordinator is not None:
                 self._coordinator.poll()
@@ -350,12 +362,46 @@ class Consumer(Client):
             awaiting = self._subscriptions.awaiting()
             if awaiting:
                 self._initial_positions(awaiting, wait=False)
+            last_fetch = time.monotonic()
             records = self._fetch_once(deadline)
             remaining = deadline - time.monotonic()
             if records or remaining <= 0:
                 return records
-            time.sleep(min(backoff, remaining))
+            if self._listen and (registration is None or time.monotonic() >= registered_until):
+                # Register the wait, then fetch once more before waiting: a write committed
+                # before the registration is in that fetch, every later one wakes this reader.
+                registered_at = time.monotonic()
+                registration, wait_ms = self._register_wait(remaining)
+                registered_until = registered_at + wait_ms / 1000
+                if registration is not None:
+                    continue
+            if registration is not None:
+                spurious = woken  # woken last time, and that fetch found nothing
+                woken = self._fetcher.await_wakeup(registration, min(backoff, remaining))
+                # Anyone may NOTIFY a channel: after a wake-up that brought nothing, the next
+                # one waits out fetch_min_backoff_ms, so a flood cannot turn into a fetch loop.
+                idle = self._min_backoff - (time.monotonic() - last_fetch)
+                if woken and spurious and idle > 0:
+                    time.sleep(min(idle, max(deadline - time.monotonic(), 0.0)))
+            else:
+                time.sleep(min(backoff, remaining))
             backoff = min(backoff * 2, self._max_backoff)
+
+    def _register_wait(self, remaining: float) -> tuple[WaitRegistration | None, int]:
+        """Register this poll's wait on the partitions it reads (None when there is none to
+        read), and for how many milliseconds."""
+        fetchable = self._subscriptions.fetchable()
+        # As long as this poll may still wait, plus a grace for the fetch that ends it.
+        wait_ms = min(int(remaining * 1000) + 1000, _MAX_WAIT_MS)
+        if not fetchable:
+            return None, wait_ms
+        registration = self._fetcher.register_wait(
+            [(tp.topic, tp.partition) for tp in fetchable],
+            read_committed=self.isolation_level == "read_committed",
+            wait_ms=wait_ms,
+            timeout=min(remaining + _FETCH_GRACE_S, self._api_timeout),
+        )
+        return registration, wait_ms
 
     def _fetch_once(self, deadline: float) -> list[ConsumerRecord]:
         subscriptions = self._subscriptions

@@ -26,9 +26,10 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
+from oncelog import errors
 from oncelog.store import log, txn
 from oncelog.store.engine import bounded, caller_deadline
-from oncelog.store.records import PartitionFetch
+from oncelog.store.records import PartitionFetch, WaitRegistration
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +99,27 @@ class Fetcher:
         future = self._pool.submit(self._bounded_fetch, conn, wanted, per_partition, read_committed)
         self._ahead = (_request(wanted, per_partition, read_committed), future)
 
+    def register_wait(
+        self, partitions: list[tuple[str, int]], *, read_committed: bool, wait_ms: int, timeout: float
+    ) -> WaitRegistration:
+        """Register a wait for writes to ``partitions`` and LISTEN on the kept connection
+        (:func:`oncelog.store.log.fetch_wait`); wake-ups that came before are forgotten, since
+        the fetch that must follow sees what they announced."""
+        self._settle_ahead()
+
+        def register(conn: sa.Connection) -> WaitRegistration:
+            with bounded(conn, timeout):
+                registration = log.fetch_wait(conn, partitions, read_committed=read_committed, wait_ms=wait_ms)
+                log.drain_wakeups(conn)
+                return registration
+
+        with caller_deadline(timeout):
+            return self._on_connection(register)
+
+    def await_wakeup(self, registration: WaitRegistration, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a write to a registered partition to be announced."""
+        return self._on_connection(lambda conn: log.await_wakeup(conn, registration, timeout))
+
     def expire_transactions(self) -> None:
         """Abort transactions open past their timeout (a reader that meets one does it itself)."""
         self._settle_ahead()
@@ -122,6 +144,12 @@ class Fetcher:
             self._pool = None
         conn, self._conn = self._conn, None
         if conn is not None:
+            try:
+                # Back in the pool, a LISTENing connection would collect wake-ups for whoever
+                # uses it next; a broken one is discarded by the pool's ping anyway.
+                log.stop_waiting(conn)
+            except errors.OncelogError:
+                logger.debug("could not stop listening before releasing the connection", exc_info=True)
             conn.close()
 
     def _fetch(

@@ -52,6 +52,7 @@ from oncelog.types import (
     RecordMetadata,
     TopicPartition,
 )
+from oncelog.waker import ReaderWaker
 
 __all__ = ["Callback", "Producer"]
 
@@ -92,6 +93,7 @@ class Producer(Client):
         value_serializer: str | Serializer | None = "bytes",
         partitioner: Partitioner | None = None,
         send_offsets_with_commit: bool = True,
+        wake_readers: bool = True,
     ) -> None:
         _check_config(
             linger_ms=linger_ms,
@@ -108,6 +110,8 @@ class Producer(Client):
         validate.integer("transaction_timeout_ms", transaction_timeout_ms, low=1, error=errors.ConfigurationError)
         if not isinstance(enable_idempotence, bool):
             raise errors.ConfigurationError(f"enable_idempotence must be True or False, not {enable_idempotence!r}")
+        if not isinstance(wake_readers, bool):
+            raise errors.ConfigurationError(f"wake_readers must be True or False, not {wake_readers!r}")
         if not isinstance(send_offsets_with_commit, bool):
             raise errors.ConfigurationError(
                 f"send_offsets_with_commit must be True or False, not {send_offsets_with_commit!r}"
@@ -145,6 +149,10 @@ class Producer(Client):
         # identity, sequences and transaction state by the manager's own lock.
         store = _store(self)
         attempt_timeout = _attempt_timeout(delivery_timeout_ms)
+        # Readers waiting on what this producer writes are woken from a thread of its own, outside
+        # the writes' transactions (docs/design.md, "Waking readers").
+        self._waker = ReaderWaker(store, request_timeout=attempt_timeout, metric=self._metrics.bump)
+        wake = self._waker.wake if wake_readers else None
         self._manager = TransactionManager(
             store,
             transactional_id=transactional_id,
@@ -156,6 +164,7 @@ class Producer(Client):
             backoff_max=retry_backoff_max_ms / 1000,
             metric=self._metrics.bump,
             offsets_with_commit=send_offsets_with_commit,
+            wake=wake,
         )
         self._cond = threading.Condition(threading.Lock())
         self._acc = RecordAccumulator(batch_size=batch_size, max_batch_records=max_batch_records)
@@ -170,6 +179,7 @@ class Producer(Client):
             backoff=retry_backoff_ms / 1000,
             backoff_max=retry_backoff_max_ms / 1000,
             metrics=self._metrics,
+            wake=wake,
         )
         self._sender_thread = threading.Thread(target=self._sender.run, name="oncelog-producer-sender", daemon=True)
         self._sender_thread.start()
@@ -442,6 +452,7 @@ class Producer(Client):
                 for batch in list(self._acc.batches()):
                     fail_batch(batch, errors.ProducerClosedError("closed before the record was acknowledged"))
             self._sender_thread.join(5)
+        self._waker.close(timeout if timeout is not None else 5)
         self._manager.close()
         super().close()
 
@@ -556,6 +567,7 @@ _COUNTERS = (
     "txn_abort_total",
     "txn_send_offsets_time_ms_total",
     "txn_send_offsets_total",
+    "reader_wakeup_total",
 )
 
 

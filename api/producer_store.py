@@ -2,7 +2,7 @@
 
 :class:`ProducerStore` names what the sender and the transaction manager need from the store
 (connections, InitProducerId, Produce, the commit carrying the queued batches and offsets, EndTxn,
-TxnOffsetCommit);
+TxnOffsetCommit, and the wake-ups of waiting readers);
 :class:`DatabaseStore` is the real one, a thin adapter over :mod:`oncelog.store` (which alone
 builds SQL). Unit tests hand the parts a fake instead, as Kafka's SenderTest and
 TransactionManagerTest use a mock client, so retries and epoch bumps run without PostgreSQL.
@@ -17,9 +17,10 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
+from oncelog import errors
 from oncelog.store import groups, log, txn
 from oncelog.store.engine import CLIENT_GRACE_S, bounded, set_request_timeout
-from oncelog.store.records import ProduceResult, ProducerIdAndEpoch, RecordColumns, TxnBatch, TxnOffsets
+from oncelog.store.records import CommitResult, ProduceBatch, ProduceResult, ProducerIdAndEpoch, TxnOffsets
 from oncelog.store.txn import TransactionalIdentity
 
 __all__ = ["DatabaseStore", "ProducerStore"]
@@ -48,20 +49,18 @@ class ProducerStore(Protocol):
     ) -> ProducerIdAndEpoch:
         """InitProducerId without a transactional id (with the current id and epoch: a KIP-360 bump)."""
 
-    def produce(
+    def produce_batches(
         self,
         conn: Any,
         *,
-        topic: str,
-        partition: int,
-        records: RecordColumns,
+        batches: Sequence[ProduceBatch],
         producer_id: int | None,
         producer_epoch: int | None,
-        base_sequence: int | None,
         transactional_id: str | None,
         txn_number: int | None,
-    ) -> ProduceResult:
-        """Append one batch (a retry of an appended one is answered as a duplicate)."""
+    ) -> list[ProduceResult | errors.OncelogError]:
+        """Append batches for any partitions in one request; each is answered on its own (its
+        result, or the error it was refused with; a retry of an appended one is a duplicate)."""
 
     def produce_offsets_end_txn(
         self,
@@ -71,11 +70,11 @@ class ProducerStore(Protocol):
         producer_id: int,
         producer_epoch: int,
         txn_number: int,
-        batches: Sequence[TxnBatch],
+        batches: Sequence[ProduceBatch],
         offsets: TxnOffsets | None,
-    ) -> tuple[list[ProduceResult], str]:
+    ) -> CommitResult:
         """A transaction's queued batches (any partitions), its consumer offsets and its commit,
-        in one database transaction; each batch's result and EndTxn's outcome."""
+        in one database transaction; each batch's result, EndTxn's outcome, the partitions to wake."""
 
     def init_transactional_id(
         self,
@@ -90,8 +89,9 @@ class ProducerStore(Protocol):
 
     def end_txn(
         self, conn: Any, *, transactional_id: str, producer_id: int, epoch: int, txn_number: int, commit: bool
-    ) -> str:
-        """EndTxn: commit or abort; returns the outcome (``committed``, ``already_aborted``, ...)."""
+    ) -> tuple[str, list[tuple[str, int]]]:
+        """EndTxn: commit or abort; the outcome (``committed``, ``already_aborted``, ...) and the
+        partitions of a commit on which a reader waits."""
 
     def txn_offset_commit(
         self,
@@ -108,6 +108,9 @@ class ProducerStore(Protocol):
         offsets: Mapping[tuple[str, int], tuple[int, str]],
     ) -> None:
         """TxnOffsetCommit: a group's offsets, pending in the transaction (KIP-447)."""
+
+    def fetch_wake(self, conn: Any, partitions: Sequence[tuple[str, int]]) -> int:
+        """Wake the readers waiting on ``partitions``; the number of notifications sent."""
 
 
 class DatabaseStore:
@@ -149,11 +152,11 @@ class DatabaseStore:
         """See :func:`oncelog.store.log.init_producer_id`."""
         return log.init_producer_id(conn, producer_id=producer_id, epoch=epoch)
 
-    def produce(self, conn: sa.Connection, **batch: Any) -> ProduceResult:
-        """See :func:`oncelog.store.log.produce`."""
-        return log.produce(conn, **batch)
+    def produce_batches(self, conn: sa.Connection, **request: Any) -> list[ProduceResult | errors.OncelogError]:
+        """See :func:`oncelog.store.log.produce_batches`."""
+        return log.produce_batches(conn, **request)
 
-    def produce_offsets_end_txn(self, conn: sa.Connection, **commit: Any) -> tuple[list[ProduceResult], str]:
+    def produce_offsets_end_txn(self, conn: sa.Connection, **commit: Any) -> CommitResult:
         """See :func:`oncelog.store.log.produce_offsets_end_txn`."""
         return log.produce_offsets_end_txn(conn, **commit)
 
@@ -161,10 +164,14 @@ class DatabaseStore:
         """See :func:`oncelog.store.txn.init_producer_id`."""
         return txn.init_producer_id(conn, **args)
 
-    def end_txn(self, conn: sa.Connection, **args: Any) -> str:
-        """See :func:`oncelog.store.txn.end_txn`."""
-        return txn.end_txn(conn, **args)
+    def end_txn(self, conn: sa.Connection, **args: Any) -> tuple[str, list[tuple[str, int]]]:
+        """See :func:`oncelog.store.txn.end_txn_waking`."""
+        return txn.end_txn_waking(conn, **args)
 
     def txn_offset_commit(self, conn: sa.Connection, **args: Any) -> None:
         """See :func:`oncelog.store.groups.txn_offset_commit`."""
         groups.txn_offset_commit(conn, **args)
+
+    def fetch_wake(self, conn: sa.Connection, partitions: Sequence[tuple[str, int]]) -> int:
+        """See :func:`oncelog.store.log.fetch_wake`."""
+        return log.fetch_wake(conn, partitions)

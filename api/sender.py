@@ -1,9 +1,13 @@
 """The producer's Sender: the I/O thread that sends the accumulator's batches to the store.
 
-One thread sends one batch at a time, each partition's batches in order, over one autocommit
-connection (each batch one ``produce`` call: one round trip, one database transaction). Once the
-application commits a transaction, everything still queued goes in ONE call with the consumer
-offsets and EndTxn (``produce_offsets_end_txn``: one round trip, one database transaction). What a
+One thread sends over one autocommit connection. Each request carries the ready batches of every
+partition, at most one per partition so each partition's batches stay in order
+(``produce_batches``: one round trip, one database transaction, each batch answered on its own,
+as Kafka's ProduceRequest to a broker). Once the application commits a transaction, everything
+still queued goes in ONE call with the consumer offsets and EndTxn (``produce_offsets_end_txn``).
+Where the store says a reader waits on a written partition, the sender hands the partition to
+``wake`` (the producer's :class:`~oncelog.waker.ReaderWaker`), which wakes it outside the write's
+transaction. What a
 batch's failure means (retry it with the same sequence, bump the epoch and resend it, fail it) is
 decided here from the error's flags; the identity and sequences themselves belong to the
 :class:`~oncelog.txn_manager.TransactionManager`, and the store is the injected
@@ -22,7 +26,7 @@ from typing import Any
 from oncelog import errors
 from oncelog.accumulator import ProducerBatch, RecordAccumulator
 from oncelog.producer_store import ProducerStore
-from oncelog.store.records import ProduceResult, TxnBatch
+from oncelog.store.records import MAX_BATCHES_PER_REQUEST, ProduceBatch, ProduceResult
 from oncelog.txn_manager import TransactionManager
 
 __all__ = ["MAX_RESEQUENCE_TRIES", "Sender", "fail_batch"]
@@ -68,6 +72,7 @@ class Sender:
         backoff: float,
         backoff_max: float,
         metrics: SenderMetrics | None = None,
+        wake: Callable[[list[tuple[str, int]]], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
@@ -80,6 +85,7 @@ class Sender:
         self._backoff = backoff
         self._backoff_max = backoff_max
         self._metrics = metrics or SenderMetrics()
+        self._wake = wake or (lambda partitions: None)
         self._clock = clock
         self.flushing = 0
         self.closing = False
@@ -127,19 +133,33 @@ class Sender:
         self.sending = {b.id for b in batches}
 
     def _send_all(self, batches: list[ProducerBatch]) -> None:
-        for b in batches:
+        remaining = list(batches)
+        while remaining:
             group = self._commit_group()
             if group is not None:
                 # The application is committing: what is left goes with EndTxn, in one call.
                 self._send_commit(group)
                 break
-            self._send_batch(b)
+            request, remaining = remaining[:MAX_BATCHES_PER_REQUEST], remaining[MAX_BATCHES_PER_REQUEST:]
+            if len(request) == 1 or self._alone(request):
+                for b in request:
+                    self._send_batch(b)
+            else:
+                self._send_request(request)
             with self._cond:
-                self.sending.discard(b.id)
+                self.sending.difference_update(b.id for b in request)
         with self._cond:
             self.in_flight = 0
             self.sending.clear()
             self._cond.notify_all()
+
+    def _alone(self, batches: list[ProducerBatch]) -> bool:
+        """Whether these batches go one per request: a KIP-360 bump is due (which settles each
+        batch of unknown outcome under its old epoch first, see _ensure_identity), or one of them
+        failed in a request of many before."""
+        manager = self._manager
+        bump_due = manager.needs_identity and manager.identity is not None
+        return bump_due or any(b.solo for b in batches)
 
     def _commit_group(self) -> list[ProducerBatch] | None:
         """Every queued batch, when they all belong to the transaction being committed: they are
@@ -200,35 +220,48 @@ class Sender:
         return None if batch.ends_txn else batch.created + self._delivery_timeout - now
 
     @contextlib.contextmanager
-    def _bounded_request(self, conn: Any, batch: ProducerBatch) -> Iterator[None]:
-        """One request for ``batch``, bounded by its remaining delivery time and the attempt
-        timeout (a quarter of the delivery timeout: one locked partition must not hold the
-        batches of the others, sent in turn on this one connection, past their deadlines)."""
-        remaining = self._remaining(batch, self._clock())
-        bound = self._attempt_timeout if remaining is None else min(self._attempt_timeout, remaining)
+    def _bounded_request(self, conn: Any, *batches: ProducerBatch) -> Iterator[None]:
+        """One request for ``batches``, bounded by their shortest remaining delivery time and the
+        attempt timeout (a quarter of the delivery timeout: a partition whose lock another session
+        holds must not hold the other partitions' batches, sent on this one connection, past
+        their deadlines)."""
+        now = self._clock()
+        bound = self._attempt_timeout
+        for batch in batches:
+            remaining = self._remaining(batch, now)
+            if remaining is not None:
+                bound = min(bound, remaining)
         with self._store.request(conn, bound):
             yield
 
     # --- one batch ------------------------------------------------------------------------------
 
-    def _send_batch(self, batch: ProducerBatch) -> None:
-        started = self._clock()
+    def _admit(self, batch: ProducerBatch, now: float) -> bool:
+        """Whether ``batch`` may be sent now; if not, it has been failed (its transaction is
+        aborting) or expired (past its delivery deadline)."""
         manager = self._manager
         if not manager.can_send():
             # The transaction cannot commit any more: do not send into it.
             cause = manager.last_error
             aborted = errors.TransactionAbortedError("the transaction is aborting")
             self._finish_failed(batch, cause if manager.is_fatal and cause else aborted)
-            return
-        remaining = self._remaining(batch, started)
+            return False
+        remaining = self._remaining(batch, now)
         if remaining is not None and remaining <= 0:
             # Every path of a batch ends at its deadline: a retry (or a wait for the producer's
             # identity) due after it is not made.
             expired = errors.DeliveryTimeoutError("not acknowledged within delivery_timeout_ms")
             if manager.transactional:
-                self._on_txn_error(batch, expired, started)  # retriable, out of time: abortable
+                self._on_txn_error(batch, expired, now)  # retriable, out of time: abortable
             else:
                 self._expire(batch, expired)
+            return False
+        return True
+
+    def _send_batch(self, batch: ProducerBatch) -> None:
+        started = self._clock()
+        manager = self._manager
+        if not self._admit(batch, started):
             return
         batch.tries += 1
         sent = False  # whether this attempt's request may have reached the store
@@ -244,25 +277,90 @@ class Sender:
         except errors.OncelogError as exc:
             self._on_error(batch, exc, started, sent=sent)
             return
-        self._metrics.sent(batch, (self._clock() - started) * 1000)
+        self._acknowledged([batch], [result], started)
+
+    def _send_request(self, batches: list[ProducerBatch]) -> None:
+        """Send ``batches`` (at most one per partition) in one request: one round trip, one
+        database transaction. The store answers each batch on its own, as for a batch sent
+        alone; a failure of the whole request (a lost connection, a timeout) is every batch's."""
+        started = self._clock()
+        manager = self._manager
+        live = [b for b in batches if self._admit(b, started)]
+        if not live:
+            return
+        for b in live:
+            b.tries += 1
+        sent = False
+        try:
+            # No bump is due here (_alone): at most the first identity is still to be had.
+            if not self._ensure_identity(live[0]):
+                for b in live:
+                    b.next_attempt_at = self._clock() + self._backoff
+                return
+            for b in live:
+                manager.assign_sequence(b)
+                b.attempts += 1
+            first = live[0]
+            if any((b.producer_id, b.epoch, b.txn_number) != (first.producer_id, first.epoch, first.txn_number)
+                   for b in live):  # fmt: skip
+                raise errors.IllegalStateError("the batches of one request share the producer's identity")
+            conn = self._connection()
+            sent = True
+            with self._bounded_request(conn, *live):
+                answers = self._store.produce_batches(
+                    conn,
+                    batches=[ProduceBatch(b.tp.topic, b.tp.partition, b.base_sequence, b.columns) for b in live],
+                    producer_id=first.producer_id,
+                    producer_epoch=first.epoch,
+                    transactional_id=manager.transactional_id,
+                    txn_number=first.txn_number,
+                )
+        except errors.OncelogError as exc:
+            if exc.retriable:
+                # Each goes alone until answered: if one partition is what fails (its lock held
+                # elsewhere), it must not hold the others' batches up again.
+                for b in live:
+                    b.solo = True
+            for b in live:
+                self._on_error(b, exc, started, sent=sent)
+            return
+        done: list[ProducerBatch] = []
+        results: list[ProduceResult] = []
+        for b, answer in zip(live, answers, strict=True):
+            if isinstance(answer, errors.OncelogError):
+                self._on_refusal(b, answer, started)
+            else:
+                done.append(b)
+                results.append(answer)
+        self._acknowledged(done, results, started)
+
+    def _acknowledged(self, batches: list[ProducerBatch], results: list[ProduceResult], started: float) -> None:
+        """Complete acknowledged batches, and have the readers waiting on their partitions woken."""
+        latency_ms = (self._clock() - started) * 1000
         with self._cond:
-            self._acc.complete(batch)
+            for b in batches:
+                self._metrics.sent(b, latency_ms)
+                self._acc.complete(b)
             self._cond.notify_all()
-        _acknowledge(batch, result)
+        for b, result in zip(batches, results, strict=True):
+            _acknowledge(b, result)
+        wake = [(b.tp.topic, b.tp.partition) for b, result in zip(batches, results, strict=True) if result.wake]
+        if wake:
+            self._wake(wake)
 
     def _produce(self, conn: Any, batch: ProducerBatch) -> ProduceResult:
         with self._bounded_request(conn, batch):
-            return self._store.produce(
+            (answer,) = self._store.produce_batches(
                 conn,
-                topic=batch.tp.topic,
-                partition=batch.tp.partition,
-                records=batch.columns,
+                batches=[ProduceBatch(batch.tp.topic, batch.tp.partition, batch.base_sequence, batch.columns)],
                 producer_id=batch.producer_id,
                 producer_epoch=batch.epoch,
-                base_sequence=batch.base_sequence,
                 transactional_id=self._manager.transactional_id,
                 txn_number=batch.txn_number,
             )
+        if isinstance(answer, errors.OncelogError):
+            raise answer  # refused: nothing of the batch was appended
+        return answer
 
     # --- the commit: every queued batch, the offsets and EndTxn in one call ---------------------
 
@@ -290,10 +388,10 @@ class Sender:
             tid, pid, epoch, number = manager.transactional_id, first.producer_id, first.epoch, first.txn_number
             if tid is None or pid is None or epoch is None or number is None:
                 raise errors.IllegalStateError("a commit needs its transaction and the producer's identity")
-            batches = [TxnBatch(b.tp.topic, b.tp.partition, b.base_sequence or 0, b.columns) for b in group]
+            batches = [ProduceBatch(b.tp.topic, b.tp.partition, b.base_sequence or 0, b.columns) for b in group]
             conn = self._connection()
             with self._store.request(conn, self._attempt_timeout):
-                results, _ = self._store.produce_offsets_end_txn(  # committed (or already)
+                commit = self._store.produce_offsets_end_txn(  # committed (or already)
                     conn,
                     transactional_id=tid,
                     producer_id=pid,
@@ -312,8 +410,10 @@ class Sender:
                 self._metrics.sent(b, latency_ms)
                 self._acc.complete(b)
             self._cond.notify_all()
-        for b, result in zip(group, results, strict=True):
+        for b, result in zip(group, commit.results, strict=True):
             _acknowledge(b, result)
+        if commit.wake:
+            self._wake(commit.wake)
 
     def _on_commit_error(self, group: list[ProducerBatch], exc: errors.OncelogError) -> None:
         """The commit call failed. Retriable: send the same group again (together: one backoff
@@ -418,6 +518,18 @@ class Sender:
         # again for the next batch of the partition.
         manager.release_sequence(batch)
         self._finish_failed(batch, exc)
+
+    def _on_refusal(self, batch: ProducerBatch, exc: errors.OncelogError, started: float) -> None:
+        """The store refused ``batch`` in a request of many: nothing of it was appended (its
+        subtransaction rolled back), and the request's connection is sound."""
+        if exc.retriable and not self._manager.aborting:
+            now = self._clock()
+            if now - batch.created <= self._delivery_timeout:
+                self._schedule_retry(batch, now, exc)
+                return
+        # As any failure that left the batch out of the log: _on_error decides (re-sequence,
+        # fail, or for a retriable one out of time, expire).
+        self._on_error(batch, exc, started, sent=False)
 
     def _expire(self, batch: ProducerBatch, exc: errors.DeliveryTimeoutError) -> None:
         """Fail an idempotent batch at its delivery deadline."""

@@ -76,6 +76,7 @@ class TransactionManager:
         backoff_max: float = 1.0,
         metric: Callable[[str, float], None] | None = None,
         offsets_with_commit: bool = True,
+        wake: Callable[[list[tuple[str, int]]], None] | None = None,
     ) -> None:
         if transactional_id is not None and not idempotent:
             raise errors.IllegalStateError("a transactional producer is idempotent")
@@ -88,6 +89,7 @@ class TransactionManager:
         self._backoff = backoff
         self._backoff_max = backoff_max
         self._metric = metric or (lambda name, by: None)
+        self._wake = wake or (lambda partitions: None)
 
         # The one lock of the state below (re-entrant: the state machine takes it too).
         self._lock = threading.RLock()
@@ -513,21 +515,21 @@ class TransactionManager:
             offsets = self._offsets if commit else None
         tid = self._tid()
 
-        def end(conn: Any) -> str:
+        def end(conn: Any) -> tuple[str, list[tuple[str, int]]]:
             if offsets is None:
                 return self._store.end_txn(
                     conn, transactional_id=tid, producer_id=ident.producer_id, epoch=ident.epoch,
                     txn_number=number, commit=commit,
                 )  # fmt: skip
             # The offsets and EndTxn in one call (no batch was left to carry them).
-            _, outcome = self._store.produce_offsets_end_txn(
+            done = self._store.produce_offsets_end_txn(
                 conn, transactional_id=tid, producer_id=ident.producer_id, producer_epoch=ident.epoch,
                 txn_number=number, batches=[], offsets=offsets,
             )  # fmt: skip
-            return outcome
+            return done.outcome, done.wake
 
         try:
-            return self._retrying(timeout, end)
+            outcome, wake = self._retrying(timeout, end)
         except errors.OncelogError as exc:
             if not commit:
                 self.record_error(exc)
@@ -536,6 +538,9 @@ class TransactionManager:
             if failed is exc:
                 raise
             raise failed from exc
+        if wake:
+            self._wake(wake)  # the readers waiting on the committed partitions
+        return outcome
 
     def _retrying(self, timeout: float | None, what: Callable[[Any], _T]) -> _T:
         """Run a coordinator call, retrying retriable failures (a lost reply is safe: every

@@ -72,6 +72,15 @@ def translate(exc: BaseException) -> errors.OncelogError | None:
     return None
 
 
+def refusal(sqlstate: str, message: str) -> errors.OncelogError:
+    """The oncelog error for a protocol refusal a SQL function reported as data (an OL code and
+    its message, as produce_batches_v1 answers each batch) rather than raised."""
+    cls = errors.error_for_sqlstate(sqlstate)
+    if cls is None:  # a code this client does not know (a newer server): still a refusal
+        return errors.InvalidRequestError(f"{message} (SQLSTATE {sqlstate})")
+    return cls(message)
+
+
 @contextlib.contextmanager
 def mapped_errors() -> Iterator[None]:
     """Re-raise database exceptions inside the block as oncelog errors (chained to the original)."""

@@ -7,6 +7,7 @@ round trip and one transaction.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,19 +25,22 @@ from oncelog.errors import (
     UnknownTopicOrPartitionError,
 )
 from oncelog.store import schema
-from oncelog.store.errors import mapped_errors
+from oncelog.store.errors import mapped_errors, refusal
 from oncelog.store.records import (
+    MAX_BATCHES_PER_REQUEST,
+    CommitResult,
     FetchedRecord,
     FetchResult,
     PartitionFetch,
     PartitionOffsets,
+    ProduceBatch,
     ProduceResult,
     ProducerIdAndEpoch,
     R,
     RecordColumns,
     RecordIn,
-    TxnBatch,
     TxnOffsets,
+    WaitRegistration,
     decode_headers,
 )
 from oncelog.store.txn import end_txn_outcome
@@ -53,14 +57,22 @@ _PRODUCE_END_TXN = (
     "SELECT base_offset, last_offset, log_append_time, duplicate, outcome FROM produce_end_txn_v1(" + _PRODUCE_ARGS
 )
 #: Every queued batch of a transaction, its consumer offsets and EndTxn in one database transaction
-#: (migration 0019).
+#: (migration 0019), and the partitions of the commit a reader waits on (0020).
 _PRODUCE_OFFSETS_END_TXN = (
-    "SELECT base_offsets, last_offsets, log_append_times, duplicates, outcome FROM produce_end_txn_v2("
+    "SELECT base_offsets, last_offsets, log_append_times, duplicates, outcome, wake_topics, wake_partitions "
+    "FROM produce_end_txn_v3("
     "%(transactional_id)s, %(producer_id)s, %(epoch)s::smallint, %(txn_number)s, "
     "%(topics)s::text[], %(partitions)s::integer[], %(sequences)s::integer[], %(counts)s::integer[], "
     "%(keys)b::bytea[], %(values)b::bytea[], %(headers)s::jsonb[], %(timestamps)b::timestamptz[], "
     "%(group_id)s, %(member_id)s, %(instance_id)s, %(generation)s, "
     "%(offset_topics)s::text[], %(offset_partitions)s::integer[], %(offsets)s::bigint[], %(metadata)s::text[])"
+)
+#: Batches for any partitions in one database transaction, each answered on its own (migration 0020).
+_PRODUCE_BATCHES = (
+    "SELECT base_offset, last_offset, log_append_time, duplicate, error_code, error_message, wake "
+    "FROM produce_batches_v1(%(producer_id)s, %(epoch)s::smallint, %(transactional_id)s, %(txn_number)s, "
+    "%(topics)s::text[], %(partitions)s::integer[], %(sequences)s::integer[], %(counts)s::integer[], "
+    "%(keys)b::bytea[], %(values)b::bytea[], %(headers)s::jsonb[], %(timestamps)b::timestamptz[])"
 )
 # Columns by position (see fetch_v3): idx, offset, key, value, headers, timestamp, producer_id,
 # producer_epoch, sequence, bounds, error. A row with offset NULL carries the partition's bounds.
@@ -178,49 +190,30 @@ def produce_offsets_end_txn(
     producer_id: int,
     producer_epoch: int,
     txn_number: int,
-    batches: Sequence[TxnBatch],
+    batches: Sequence[ProduceBatch],
     offsets: TxnOffsets | None = None,
-) -> tuple[list[ProduceResult], str]:
+) -> CommitResult:
     """A transaction's commit in ONE database transaction and one round trip: ``batches`` (any
     number of partitions; a partition's batches in sequence order), the consumer ``offsets``
     (TxnOffsetCommit, KIP-447) and EndTxn, all or nothing, in the documented lock order.
 
     Safe to retry after a lost reply with the same arguments: a retry of a call that committed
     gets every batch's original offsets back with ``duplicate`` set and the outcome
-    ``already_committed``. Returns each batch's result, in order, and EndTxn's outcome
-    (``committed`` or ``already_committed``); TransactionTimeoutError when the transaction had
-    passed its timeout (the store aborted it, these batches included, and bumped the epoch).
+    ``already_committed``. Returns each batch's result, in order, EndTxn's outcome (``committed``
+    or ``already_committed``) and the partitions of the commit a reader waits on (wake them with
+    :func:`fetch_wake`, outside this transaction); TransactionTimeoutError when the transaction
+    had passed its timeout (the store aborted it, these batches included, and bumped the epoch).
     """
     _check_range("producer_id", producer_id, 2**63 - 1)
     _check_range("producer_epoch", producer_epoch, _MAX_EPOCH)
     _check_range("txn_number", txn_number, 2**63 - 1)
-    keys: list[bytes | None] = []
-    values: list[bytes | None] = []
-    headers: list[str | None] = []
-    timestamps: list[datetime | None] = []
-    batch_columns = [RecordColumns.of(batch.records) for batch in batches]
-    for batch, cols in zip(batches, batch_columns, strict=True):
-        _check_range("partition", batch.partition, _INT32, UnknownTopicOrPartitionError)
-        _check_range("base_sequence", batch.base_sequence, _INT32)
-        _check_columns(cols)
-        keys += cols.keys
-        values += cols.values
-        headers += cols.headers if cols.headers is not None else [None] * len(cols)
-        timestamps += cols.timestamps if cols.timestamps is not None else [None] * len(cols)
     group = offsets.offsets if offsets is not None else {}
     params = {
         "transactional_id": transactional_id,
         "producer_id": producer_id,
         "epoch": producer_epoch,
         "txn_number": txn_number,
-        "topics": [b.topic for b in batches],
-        "partitions": [b.partition for b in batches],
-        "sequences": [b.base_sequence for b in batches],
-        "counts": [len(c) for c in batch_columns],
-        "keys": keys,
-        "values": values,
-        "headers": headers if any(h is not None for h in headers) else None,
-        "timestamps": timestamps if any(t is not None for t in timestamps) else None,
+        **_batch_params(batches),
         "group_id": offsets.group_id if offsets is not None else None,
         "member_id": offsets.member_id if offsets is not None else None,
         "instance_id": offsets.group_instance_id if offsets is not None else None,
@@ -234,7 +227,83 @@ def produce_offsets_end_txn(
     outcome = end_txn_outcome(str(row.outcome), transactional_id=transactional_id, txn_number=txn_number)
     columns = (row.base_offsets or [], row.last_offsets or [], row.log_append_times or [], row.duplicates or [])
     results = [ProduceResult(int(b), int(last), ts, bool(dup)) for b, last, ts, dup in zip(*columns, strict=True)]
-    return results, outcome
+    return CommitResult(results, outcome, _pairs(row.wake_topics, row.wake_partitions))
+
+
+def produce_batches(
+    conn: sa.Connection,
+    *,
+    batches: Sequence[ProduceBatch],
+    producer_id: int | None = None,
+    producer_epoch: int | None = None,
+    transactional_id: str | None = None,
+    txn_number: int | None = None,
+) -> list[ProduceResult | OncelogError]:
+    """Produce: up to :data:`MAX_BATCHES_PER_REQUEST` batches, to any partitions, in ONE database
+    transaction and round trip (Kafka's ProduceRequest). Each batch is answered on its own, in
+    order: its ProduceResult (``wake`` when a reader waits on its partition), or the error the
+    store refused it with (nothing of it was appended; the other batches were). The identity and
+    transaction are :func:`produce`'s, shared by every batch. An error that is not a refusal (a
+    timeout, a lost connection, a malformed request) is raised: then no batch's outcome is known.
+    """
+    if not 1 <= len(batches) <= MAX_BATCHES_PER_REQUEST:
+        raise InvalidRequestError(
+            f"a produce request carries 1 to {MAX_BATCHES_PER_REQUEST} batches, not {len(batches)}"
+        )
+    _check_range("producer_id", producer_id, 2**63 - 1)
+    _check_range("producer_epoch", producer_epoch, _MAX_EPOCH)
+    _check_range("txn_number", txn_number, 2**63 - 1)
+    params = {
+        "producer_id": producer_id,
+        "epoch": producer_epoch,
+        "transactional_id": transactional_id,
+        "txn_number": txn_number,
+        **_batch_params(batches),
+    }
+    answers: list[ProduceResult | OncelogError] = []
+    for row in _driver(conn, _PRODUCE_BATCHES, params).all():
+        if row.error_code is not None:
+            answers.append(refusal(str(row.error_code), str(row.error_message)))
+        else:
+            answers.append(
+                ProduceResult(
+                    int(row.base_offset), int(row.last_offset), row.log_append_time, bool(row.duplicate), bool(row.wake)
+                )
+            )
+    return answers
+
+
+def _batch_params(batches: Sequence[ProduceBatch]) -> dict[str, Any]:
+    """Many batches as the produce functions take them: their names, sequences and counts, and
+    their records' columns end to end."""
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    headers: list[str | None] = []
+    timestamps: list[datetime | None] = []
+    batch_columns = [RecordColumns.of(batch.records) for batch in batches]
+    for batch, cols in zip(batches, batch_columns, strict=True):
+        _check_range("partition", batch.partition, _INT32, UnknownTopicOrPartitionError)
+        _check_range("base_sequence", batch.base_sequence, _INT32)
+        _check_columns(cols)
+        keys += cols.keys
+        values += cols.values
+        headers += cols.headers if cols.headers is not None else [None] * len(cols)
+        timestamps += cols.timestamps if cols.timestamps is not None else [None] * len(cols)
+    return {
+        "topics": [b.topic for b in batches],
+        "partitions": [b.partition for b in batches],
+        "sequences": [b.base_sequence for b in batches],
+        "counts": [len(c) for c in batch_columns],
+        "keys": keys,
+        "values": values,
+        "headers": headers if any(h is not None for h in headers) else None,
+        "timestamps": timestamps if any(t is not None for t in timestamps) else None,
+    }
+
+
+def _pairs(topics: Sequence[str] | None, partitions: Sequence[int] | None) -> list[tuple[str, int]]:
+    """(topic, partition) pairs from two parallel arrays (None: none)."""
+    return list(zip(topics or [], (int(p) for p in partitions or []), strict=True))
 
 
 def _produce_result(row: Any) -> ProduceResult:
@@ -439,6 +508,77 @@ def fetch(
         )
     assert part.high_watermark is not None  # set on every row without an error
     return FetchResult(part.records, part.high_watermark)
+
+
+def fetch_wait(
+    conn: sa.Connection, partitions: Sequence[tuple[str, int]], *, read_committed: bool, wait_ms: int
+) -> WaitRegistration:
+    """Register a reader's wait for records on ``partitions`` (commits for read_committed,
+    appends otherwise) for ``wait_ms`` milliseconds, and LISTEN on ``conn`` for the wake-ups
+    (which :func:`await_wakeup` then waits for). Fetch once more before waiting: a write that
+    committed before this returned is seen by that fetch, one after it wakes the reader. ``conn``
+    must be in autocommit, so the LISTEN takes effect now."""
+    rows = _driver(
+        conn,
+        "SELECT channel, topic, topic_id FROM fetch_wait_v1(%(topics)s::text[], %(partitions)s::integer[], "
+        "%(read_committed)s, %(wait_ms)s)",
+        {
+            "topics": [t for t, _ in partitions],
+            "partitions": [p for _, p in partitions],
+            "read_committed": read_committed,
+            "wait_ms": wait_ms,
+        },
+    ).all()
+    ids = {r.topic: int(r.topic_id) for r in rows}
+    channel = str(rows[0].channel) if rows else ""
+    return WaitRegistration(channel, frozenset(f"{ids[t]}:{p}" for t, p in partitions if t in ids))
+
+
+def await_wakeup(conn: sa.Connection, registration: WaitRegistration, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for a wake-up that concerns ``registration`` (a NOTIFY
+    from :func:`fetch_wake` on one of its partitions) on ``conn``, which :func:`fetch_wait`
+    registered. Returns whether one came; wake-ups for other partitions are passed over.
+    Wake-ups that arrived while ``conn`` ran other statements are queued by the driver and count."""
+    if not registration.channel:
+        return False
+    pg = conn.connection.dbapi_connection
+    deadline = time.monotonic() + max(timeout, 0.0)
+    with mapped_errors():
+        while True:
+            remaining = deadline - time.monotonic()
+            for note in pg.notifies(timeout=max(remaining, 0.0)):  # type: ignore[union-attr]
+                if note.channel == registration.channel and note.payload in registration.payloads:
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+
+
+def drain_wakeups(conn: sa.Connection) -> None:
+    """Forget the wake-ups queued on ``conn`` (they are about writes a fetch is about to see)."""
+    pg = conn.connection.dbapi_connection
+    with mapped_errors():
+        for _ in pg.notifies(timeout=0):  # type: ignore[union-attr]
+            pass
+
+
+def stop_waiting(conn: sa.Connection) -> None:
+    """Stop listening for wake-ups on ``conn`` (before it goes back to a pool, where wake-ups
+    would otherwise pile up in the driver for whoever uses it next)."""
+    with mapped_errors():
+        conn.exec_driver_sql("UNLISTEN *")
+
+
+def fetch_wake(conn: sa.Connection, partitions: Sequence[tuple[str, int]]) -> int:
+    """Wake the readers waiting on ``partitions`` (one NOTIFY each, in a transaction of its own:
+    call it outside the write's transaction, after the write committed). Returns how many
+    notifications went out."""
+    return int(
+        _driver(
+            conn,
+            "SELECT fetch_wake_v1(%(topics)s::text[], %(partitions)s::integer[])",
+            {"topics": [t for t, _ in partitions], "partitions": [p for _, p in partitions]},
+        ).scalar_one()
+    )
 
 
 def list_offsets(conn: sa.Connection, *, topic: str) -> list[PartitionOffsets]:

@@ -60,14 +60,20 @@ class RecordColumns:
         )
 
 
+#: produce_batches_v1's bound on the batches of one request.
+MAX_BATCHES_PER_REQUEST = 64
+
+
 @dataclass(frozen=True, slots=True)
-class TxnBatch:
-    """One batch of a transaction's commit (:func:`oncelog.store.log.produce_offsets_end_txn`):
-    ``records`` for ``topic``/``partition`` from sequence ``base_sequence`` on."""
+class ProduceBatch:
+    """One batch of a request that carries many (:func:`oncelog.store.log.produce_batches`, and a
+    transaction's commit, :func:`oncelog.store.log.produce_offsets_end_txn`): ``records`` for
+    ``topic``/``partition`` from sequence ``base_sequence`` on (None: a producer without
+    idempotence)."""
 
     topic: str
     partition: int
-    base_sequence: int
+    base_sequence: int | None
     records: Sequence[RecordIn] | RecordColumns
 
 
@@ -86,12 +92,33 @@ class TxnOffsets:
 
 @dataclass(frozen=True, slots=True)
 class ProduceResult:
-    """Where a batch landed; ``duplicate`` when it was a retry of a batch already in the log."""
+    """Where a batch landed; ``duplicate`` when it was a retry of a batch already in the log;
+    ``wake`` when a reader waits on its partition (:func:`oncelog.store.log.fetch_wake` wakes it)."""
 
     base_offset: int
     last_offset: int
     log_append_time: datetime
     duplicate: bool
+    wake: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """A transaction's commit with its last batches: each batch's result, in order, EndTxn's
+    outcome, and the (topic, partition) pairs of the commit on which a reader waits."""
+
+    results: list[ProduceResult]
+    outcome: str
+    wake: list[tuple[str, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class WaitRegistration:
+    """A reader's registered wait (:func:`oncelog.store.log.fetch_wait`): the channel it LISTENs
+    on and the NOTIFY payloads (``topic_id:partition``) that concern it."""
+
+    channel: str
+    payloads: frozenset[str]
 
 
 class FetchedRecord(NamedTuple):

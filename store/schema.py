@@ -951,3 +951,33 @@ acl_settings = sa.Table(
     sa.CheckConstraint("id = 1", name="single_row"),
     comment="Whether this installation enforces its ACLs (one row; set_acl_enforcement_v1).",
 )
+
+# Readers waiting for new records (migration 0020): unlogged, since a registration matters only
+# while its reader waits, and writing it must not cost a WAL flush.
+fetch_waiters = sa.Table(
+    "fetch_waiters",
+    metadata,
+    sa.Column("topic_id", sa.Integer, primary_key=True, comment="The topic."),
+    sa.Column("partition", sa.Integer, primary_key=True, comment="The partition someone waits on."),
+    sa.Column(
+        "committed_until",
+        sa.DateTime(timezone=True),
+        nullable=True,
+        comment="Until when a read_committed reader waits for a commit here (NULL: none has).",
+    ),
+    sa.Column(
+        "uncommitted_until",
+        sa.DateTime(timezone=True),
+        nullable=True,
+        comment="Until when a read_uncommitted reader waits for an append here (NULL: none has).",
+    ),
+    sa.ForeignKeyConstraint(
+        ["topic_id", "partition"],
+        [partitions.c.topic_id, partitions.c.partition],
+        ondelete="CASCADE",
+    ),
+    prefixes=["UNLOGGED"],
+    comment="Readers waiting for records (fetch_wait_v1): a write to a partition with a reader waiting "
+    "tells its producer to wake them (fetch_wake_v1, a NOTIFY outside the producer's transaction). "
+    "Unlogged: emptied by a crash, which costs a waiting reader one poll interval.",
+)

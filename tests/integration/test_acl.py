@@ -623,6 +623,8 @@ UNCHECKED = {
     "init_producer_id_v1",  # an idempotent producer id grants nothing: every produce is checked
     "expire_transactions_v2",  # enforces timeouts (at the server's time), which any reader may trigger
     "fetch_v2",  # a view of fetch_v3, which checks
+    "end_txn_v2",  # end_txn_v1, which checks, and the waiting readers of what it committed
+    "produce_end_txn_v3",  # produce_end_txn_v2, which checks, and the same
     "acl_allowed_v1",  # the question "may I?" itself
 }
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,8 +14,8 @@ import sqlalchemy as sa
 
 from oncelog import errors
 from oncelog.store import groups, log, txn
-from oncelog.store.records import RecordIn, TxnBatch, TxnOffsets
-from tests.support.roles import Principal, client_principal
+from oncelog.store.records import CommitResult, ProduceBatch, RecordIn, TxnOffsets
+from tests.support.roles import Principal
 
 TOPIC = "t"
 PARTITIONS = 6
@@ -28,16 +27,6 @@ def acls_on(engine: sa.Engine) -> None:
         conn.exec_driver_sql(f"SELECT create_topic_v1('{TOPIC}', {PARTITIONS})")
         conn.exec_driver_sql("SELECT create_topic_v1('in', 2)")
         conn.exec_driver_sql("SELECT set_acl_enforcement_v1(true)")
-
-
-@pytest.fixture
-def client(acls_on: None, engine: sa.Engine, db_url: str) -> Iterator[Principal]:
-    yield from client_principal(engine, db_url)
-
-
-@pytest.fixture
-def other(acls_on: None, engine: sa.Engine, db_url: str) -> Iterator[Principal]:
-    yield from client_principal(engine, db_url)
 
 
 def _records(n: int, tag: str) -> list[RecordIn]:
@@ -66,27 +55,31 @@ def _commit(
     ident: Any,
     tid: str,
     n: int,
-    batches: list[TxnBatch],
+    batches: list[ProduceBatch],
     offsets: TxnOffsets | None = None,
 ) -> tuple[list[Any], str]:
-    result: tuple[list[Any], str] = who.call(
+    result: CommitResult = who.call(
         log.produce_offsets_end_txn, transactional_id=tid, producer_id=ident.producer_id,
         producer_epoch=ident.epoch, txn_number=n, batches=batches, offsets=offsets,
     )  # fmt: skip
-    return result
+    return result.results, result.outcome
 
 
 def test_batches_for_many_partitions_offsets_and_end_txn_land_together(client: Principal, engine: sa.Engine) -> None:
     ident = client.call(txn.init_producer_id, transactional_id="tx", transaction_timeout_ms=60_000)
     member = client.call(groups.join_group, group_id="g", topics=["in"], session_timeout_ms=30_000)
     owned = sorted(member.assignment)
-    batches = [TxnBatch(TOPIC, p, 0, _records(p + 1, f"p{p}")) for p in (3, 0, 5, 1)]
+    batches = [ProduceBatch(TOPIC, p, 0, _records(p + 1, f"p{p}")) for p in (3, 0, 5, 1)]
     offsets = TxnOffsets("g", member.member_id, None, member.generation, {tp: (7, "md") for tp in owned})
     results, outcome = _commit(client, ident, "tx", ident.txn_number + 1, batches, offsets)
 
     assert outcome == "committed"
-    assert [(r.base_offset, r.last_offset, r.duplicate) for r in results] == [(0, 3, False), (0, 0, False),
-                                                                               (0, 5, False), (0, 1, False)]
+    assert [(r.base_offset, r.last_offset, r.duplicate) for r in results] == [
+        (0, 3, False),
+        (0, 0, False),
+        (0, 5, False),
+        (0, 1, False),
+    ]
     assert _data(engine) == sorted(
         (b.partition, i, f"p{b.partition}-{i}".encode(), False) for b in batches for i in range(len(b.records))
     )
@@ -103,7 +96,7 @@ def test_batches_for_many_partitions_offsets_and_end_txn_land_together(client: P
     assert len(_data(engine)) == sum(len(b.records) for b in batches)
     # A "retry" naming a batch that was not in the commit is refused: it would be lost silently.
     with pytest.raises(errors.InvalidTxnStateError, match="already committed, without this batch"):
-        _commit(client, ident, "tx", ident.txn_number + 1, [TxnBatch(TOPIC, 2, 0, _records(1, "late"))])
+        _commit(client, ident, "tx", ident.txn_number + 1, [ProduceBatch(TOPIC, 2, 0, _records(1, "late"))])
 
 
 def test_a_partitions_batches_follow_one_another_and_earlier_batches_join_the_commit(
@@ -116,15 +109,15 @@ def test_a_partitions_batches_follow_one_another_and_earlier_batches_join_the_co
         log.produce, topic=TOPIC, partition=2, records=_records(2, "early"), producer_id=ident.producer_id,
         producer_epoch=ident.epoch, base_sequence=0, transactional_id="tx", txn_number=n,
     )  # fmt: skip
-    batches = [TxnBatch(TOPIC, 2, 2, _records(3, "a")), TxnBatch(TOPIC, 2, 5, _records(1, "b")),
-               TxnBatch(TOPIC, 4, 0, _records(1, "c"))]  # fmt: skip
+    batches = [ProduceBatch(TOPIC, 2, 2, _records(3, "a")), ProduceBatch(TOPIC, 2, 5, _records(1, "b")),
+               ProduceBatch(TOPIC, 4, 0, _records(1, "c"))]  # fmt: skip
     results, outcome = _commit(client, ident, "tx", n, batches)
     assert outcome == "committed"
     assert [(r.base_offset, r.last_offset) for r in results] == [(2, 4), (5, 5), (0, 0)]
     assert _markers(engine) == [(2, "commit"), (4, "commit")]
     # Out of sequence inside one call: refused, and nothing of that call lands.
     n += 1
-    bad = [TxnBatch(TOPIC, 0, 0, _records(1, "x")), TxnBatch(TOPIC, 2, 99, _records(1, "y"))]
+    bad = [ProduceBatch(TOPIC, 0, 0, _records(1, "x")), ProduceBatch(TOPIC, 2, 99, _records(1, "y"))]
     before = _data(engine)
     with pytest.raises(errors.OutOfOrderSequenceError):
         _commit(client, ident, "tx", n, bad)
@@ -135,11 +128,11 @@ def test_a_partitions_batches_follow_one_another_and_earlier_batches_join_the_co
 def test_one_failing_part_rolls_back_the_whole_commit(client: Principal, engine: sa.Engine) -> None:
     ident = client.call(txn.init_producer_id, transactional_id="tx", transaction_timeout_ms=60_000)
     member = client.call(groups.join_group, group_id="g", topics=["in"], session_timeout_ms=30_000)
-    batches = [TxnBatch(TOPIC, 0, 0, _records(2, "a")), TxnBatch(TOPIC, 1, 0, _records(2, "b"))]
+    batches = [ProduceBatch(TOPIC, 0, 0, _records(2, "a")), ProduceBatch(TOPIC, 1, 0, _records(2, "b"))]
     stale = TxnOffsets("g", member.member_id, None, member.generation + 5, {("in", 0): (3, "")})
     with pytest.raises(errors.IllegalGenerationError):
         _commit(client, ident, "tx", ident.txn_number + 1, batches, stale)
-    unknown = [*batches, TxnBatch(TOPIC, PARTITIONS + 3, 0, _records(1, "c"))]
+    unknown = [*batches, ProduceBatch(TOPIC, PARTITIONS + 3, 0, _records(1, "c"))]
     with pytest.raises(errors.UnknownTopicOrPartitionError):
         _commit(client, ident, "tx", ident.txn_number + 1, unknown)
     assert _data(engine) == [] and _markers(engine) == []
@@ -170,7 +163,7 @@ def test_malformed_requests_are_refused_before_any_lock(
     }  # fmt: skip
     if kwargs.get("sequence") == -1:
         with pytest.raises(errors.InvalidRecordError, match=match):
-            _commit(client, ident, "tx", ident.txn_number + 1, [TxnBatch(TOPIC, 0, -1, _records(1, "x"))])
+            _commit(client, ident, "tx", ident.txn_number + 1, [ProduceBatch(TOPIC, 0, -1, _records(1, "x"))])
         return
     with engine.connect() as conn, pytest.raises(sa.exc.DBAPIError, match=match):
         conn.exec_driver_sql(
@@ -186,7 +179,10 @@ def test_malformed_requests_are_refused_before_any_lock(
 def test_record_timestamps_are_checked_as_produce_v2_checks_them(client: Principal, engine: sa.Engine) -> None:
     ident = client.call(txn.init_producer_id, transactional_id="tx", transaction_timeout_ms=60_000)
     future = datetime.now(UTC) + timedelta(days=3)
-    batches = [TxnBatch(TOPIC, 0, 0, _records(1, "ok")), TxnBatch(TOPIC, 1, 0, [RecordIn(b"x", timestamp=future)])]
+    batches = [
+        ProduceBatch(TOPIC, 0, 0, _records(1, "ok")),
+        ProduceBatch(TOPIC, 1, 0, [RecordIn(b"x", timestamp=future)]),
+    ]
     with pytest.raises(errors.InvalidTimestampError):
         _commit(client, ident, "tx", ident.txn_number + 1, batches)
     assert _data(engine) == []
@@ -202,16 +198,16 @@ def test_another_principal_cannot_commit_or_replay_a_transaction(
         producer_epoch=ident.epoch, base_sequence=0, transactional_id="tx", txn_number=n,
     )  # fmt: skip
     # Committing the victim's open transaction, with or without a forged batch: refused.
-    for batches in ([], [TxnBatch(TOPIC, 0, 1, _records(1, "forged"))]):
+    for batches in ([], [ProduceBatch(TOPIC, 0, 1, _records(1, "forged"))]):
         with pytest.raises(errors.ProducerFencedError):
             _commit(other, ident, "tx", n, batches)
     assert _markers(engine) == []
     assert [v for _, _, v, _ in _data(engine)] == [b"open-0"]
-    results, outcome = _commit(client, ident, "tx", n, [TxnBatch(TOPIC, 1, 0, _records(1, "mine"))])
+    results, outcome = _commit(client, ident, "tx", n, [ProduceBatch(TOPIC, 1, 0, _records(1, "mine"))])
     assert outcome == "committed"
     # A replay of the committed call by another principal learns nothing of its offsets.
     with pytest.raises(errors.ProducerFencedError) as info:
-        _commit(other, ident, "tx", n, [TxnBatch(TOPIC, 1, 0, _records(1, "mine"))])
+        _commit(other, ident, "tx", n, [ProduceBatch(TOPIC, 1, 0, _records(1, "mine"))])
     assert str(results[0].base_offset) not in info.value.message.replace("tx", "")
 
 
@@ -224,7 +220,7 @@ def test_acls_apply_to_every_topic_and_the_group(client: Principal, engine: sa.E
         for topic in (TOPIC, "in"):
             conn.exec_driver_sql(f"SELECT create_acl_v1('{client.name}', 'topic', '{topic}')")
     ident = client.call(txn.init_producer_id, transactional_id="tx", transaction_timeout_ms=60_000)
-    batches = [TxnBatch(TOPIC, 0, 0, _records(1, "ok")), TxnBatch("secret", 0, 0, _records(1, "no"))]
+    batches = [ProduceBatch(TOPIC, 0, 0, _records(1, "ok")), ProduceBatch("secret", 0, 0, _records(1, "no"))]
     with pytest.raises(errors.TopicAuthorizationError):
         _commit(client, ident, "tx", ident.txn_number + 1, batches)
     member = client.call(groups.join_group, group_id="g", topics=["in"], session_timeout_ms=30_000)
@@ -267,16 +263,16 @@ def test_racing_commits_over_shuffled_partitions_and_groups_never_deadlock(
                         sequences[p] += 1
                     batches = []
                     for p in order:
-                        batches.append(TxnBatch(TOPIC, p, sequences[p], _records(2, tid)))
+                        batches.append(ProduceBatch(TOPIC, p, sequences[p], _records(2, tid)))
                         sequences[p] += 2
                     group = groups.heartbeat(conn, group_id="shared", member_id=members[index % 2].member_id)
                     owned = sorted(group.assignment)
                     offsets = TxnOffsets("shared", members[index % 2].member_id, None, group.generation,
                                          {tp: (n, tid) for tp in owned}) if owned else None  # fmt: skip
-                    _, outcome = log.produce_offsets_end_txn(
+                    outcome = log.produce_offsets_end_txn(
                         conn, transactional_id=tid, producer_id=ident.producer_id, producer_epoch=ident.epoch,
                         txn_number=n, batches=batches, offsets=offsets,
-                    )  # fmt: skip
+                    ).outcome  # fmt: skip
                     assert outcome == "committed"
         except BaseException as exc:
             failures.append(exc)

@@ -62,15 +62,24 @@ class Principal:
             return conn.execute(statement, params).fetchall()
 
 
-def client_principal(engine: sa.Engine, db_url: str) -> Iterator[Principal]:
-    """A new client-role principal that the ACLs allow everything (every topic, transactional id
-    and group), for a fixture to yield from."""
+#: ACL entries (resource type, name, operation) that allow everything.
+ALLOW_ALL = (("topic", "*", "all"), ("transactional_id", "*", "all"), ("group", "*", "all"))
+
+
+def client_principal(
+    engine: sa.Engine, db_url: str, acls: Iterable[tuple[str, str, str]] = ALLOW_ALL
+) -> Iterator[Principal]:
+    """A new client-role principal that the ACLs allow exactly ``acls`` (resource type, literal
+    name or ``*``, operation; by default everything), for a fixture to yield from."""
     with login_roles(engine, db_url, ("client",)) as urls:
         url = urls["client"]
         name = sa.make_url(url).username or ""
         with engine.begin() as conn:
-            for resource in ("topic", "transactional_id", "group"):
-                conn.exec_driver_sql(f"SELECT create_acl_v1('{name}', '{resource}', '*', 'literal', 'all')")
+            for resource, resource_name, operation in acls:
+                conn.exec_driver_sql(
+                    "SELECT create_acl_v1(%(role)s, %(type)s, %(name)s, 'literal', %(op)s)",
+                    {"role": name, "type": resource, "name": resource_name, "op": operation},
+                )
         eng = create_engine(url, isolation_level="AUTOCOMMIT")
         try:
             yield Principal(name, url, eng)

@@ -2,14 +2,17 @@
 
 It plays the store's answers as the migrations write them, in memory: InitProducerId with the
 KIP-360 bump (init_producer_id_v1, init_transactional_producer_id_v1), produce_v2's epoch and
-sequence rules with duplicate detection, EndTxn and the commit that carries the queued batches
-and the consumer offsets (produce_end_txn_v2), all or nothing, with their answers to a retry.
+sequence rules with duplicate detection, produce_batches_v1's request of many batches each
+answered on its own, EndTxn and the commit that carries the queued batches and the consumer
+offsets (produce_end_txn_v3), all or nothing, with their answers to a retry, and the partitions
+on which a reader waits (``waiting``), which the answers name for waking (``fetch_wake``).
 What the database itself decides (locks, visibility, expiry) is proven by the database tests;
 here only the client's reactions are.
 
 Faults are scripted per operation: ``fail("produce", exc)`` raises ``exc`` instead of the next
-produce (nothing applied); ``fail("produce", exc, after=True)`` applies it and then raises: a
-lost reply.
+produce request (nothing applied); ``fail("produce", exc, after=True)`` applies it and then
+raises: a lost reply. ``refuse(batch)`` answers one batch of a request: a refusal (an OL error)
+is that batch's answer, any other error fails the whole request, as in the store.
 """
 
 from __future__ import annotations
@@ -24,7 +27,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from oncelog import errors
-from oncelog.store.records import ProduceResult, ProducerIdAndEpoch, RecordColumns, TxnBatch, TxnOffsets
+from oncelog.store.records import (
+    CommitResult,
+    ProduceBatch,
+    ProduceResult,
+    ProducerIdAndEpoch,
+    RecordColumns,
+    TxnOffsets,
+)
 from oncelog.store.txn import TransactionalIdentity
 
 
@@ -44,6 +54,8 @@ class _TxnId:
     producer_id: int
     txn_number: int = 0
     open: int | None = None  # the open transaction's number
+    #: The partitions the open transaction wrote to.
+    partitions: set[tuple[str, int]] = field(default_factory=set)
     #: Outcome of every ended transaction, by number.
     ended: dict[int, str] = field(default_factory=dict)
 
@@ -75,6 +87,10 @@ class FakeStore:
     released: list[bool] = field(default_factory=list)
     #: The consumer offsets every commit carried, in order.
     offsets_committed: list[TxnOffsets] = field(default_factory=list)
+    #: Partitions on which a reader waits: writes to them are answered with a wake-up to send.
+    waiting: set[tuple[str, int]] = field(default_factory=set)
+    #: The partitions of every fetch_wake call, in order.
+    woken: list[list[tuple[str, int]]] = field(default_factory=list)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     # --- test controls ---------------------------------------------------------------------------
@@ -156,9 +172,36 @@ class FakeStore:
         self.producers[self.next_id] = (0, None)
         return ProducerIdAndEpoch(self.next_id, 0)
 
-    def produce(self, conn: object, **batch: Any) -> ProduceResult:
-        with self._call("produce", batch):
-            return self._append(batch)
+    def produce_batches(
+        self,
+        conn: object,
+        *,
+        batches: Sequence[ProduceBatch],
+        producer_id: int | None,
+        producer_epoch: int | None,
+        transactional_id: str | None,
+        txn_number: int | None,
+    ) -> list[ProduceResult | errors.OncelogError]:
+        common = {
+            "producer_id": producer_id, "producer_epoch": producer_epoch,
+            "transactional_id": transactional_id, "txn_number": txn_number,
+        }  # fmt: skip
+        with self._call("produce", {"batches": list(batches), **common}):
+            saved = copy.deepcopy((self.offsets, self.batches, self.log, self.txn_ids))
+            answers: list[ProduceResult | errors.OncelogError] = []
+            try:  # one database transaction: a failure that is not a refusal undoes every batch
+                for b in batches:
+                    one = {"topic": b.topic, "partition": b.partition, "records": b.records}
+                    try:
+                        answers.append(self._append({**one, "base_sequence": b.base_sequence, **common}))
+                    except errors.OncelogError as exc:
+                        if not (exc.sqlstate or "").startswith("OL"):
+                            raise
+                        answers.append(exc)  # refused: this batch only
+            except errors.OncelogError:
+                self.offsets, self.batches, self.log, self.txn_ids = saved
+                raise
+            return answers
 
     def _append(self, batch: Mapping[str, Any]) -> ProduceResult:
         self.produce_calls += 1
@@ -193,12 +236,15 @@ class FakeStore:
             if batch["txn_number"] in txn.ended:
                 raise errors.InvalidTxnStateError(f"transaction {batch['txn_number']} has ended")
             txn.open = batch["txn_number"]
+            txn.partitions.add((topic, partition))
         base = self.offsets.get((topic, partition), 0)
         self.offsets[(topic, partition)] = base + len(records)
         self.log.setdefault((topic, partition), []).extend(records.values)
         if pid is not None:
             self.batches[(pid, topic, partition)].append(_Appended(pid, epoch, seq, base, len(records)))
-        return ProduceResult(base, base + len(records) - 1, now, False)
+        # A transaction's records wake read_uncommitted readers only; its commit wakes the others
+        # (which the fake does not tell apart: a waiting partition is woken by either).
+        return ProduceResult(base, base + len(records) - 1, now, False, (topic, partition) in self.waiting)
 
     def produce_offsets_end_txn(
         self,
@@ -208,9 +254,9 @@ class FakeStore:
         producer_id: int,
         producer_epoch: int,
         txn_number: int,
-        batches: Sequence[TxnBatch],
+        batches: Sequence[ProduceBatch],
         offsets: TxnOffsets | None,
-    ) -> tuple[list[ProduceResult], str]:
+    ) -> CommitResult:
         args = {
             "transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": producer_epoch,
             "txn_number": txn_number, "batches": list(batches), "offsets": offsets,
@@ -228,13 +274,14 @@ class FakeStore:
             ]
             if txn.ended.get(txn_number) == "committed":
                 # Answered from the batches in the log: migration 0019's retry after a lost reply.
-                return [self._append(b) for b in each], "already_committed"
+                return CommitResult([self._append(b) for b in each], "already_committed", [])
             saved = copy.deepcopy((self.offsets, self.batches, self.log, self.txn_ids))
             try:  # all or nothing, as one database transaction
                 results = [self._append(b) for b in each]
                 if offsets is not None:
                     self.offsets_committed.append(offsets)
-                return results, self._end(transactional_id, txn_number, commit=True)
+                outcome = self._end(transactional_id, txn_number, commit=True)
+                return CommitResult(results, outcome, self._woken_by(transactional_id, outcome))
             except errors.OncelogError:
                 self.offsets, self.batches, self.log, self.txn_ids = saved
                 if offsets is not None and self.offsets_committed and self.offsets_committed[-1] is offsets:
@@ -269,13 +316,23 @@ class FakeStore:
 
     def end_txn(
         self, conn: object, *, transactional_id: str, producer_id: int, epoch: int, txn_number: int, commit: bool
-    ) -> str:
+    ) -> tuple[str, list[tuple[str, int]]]:
         args = {"transactional_id": transactional_id, "txn_number": txn_number, "commit": commit}
         with self._call("end_txn", args):
             current, _ = self.producers[producer_id]
             if epoch != current:
                 raise errors.ProducerFencedError(f"producer {producer_id} epoch {epoch} was fenced")
-            return self._end(transactional_id, txn_number, commit=commit)
+            outcome = self._end(transactional_id, txn_number, commit=commit)
+            return outcome, self._woken_by(transactional_id, outcome)
+
+    def _woken_by(self, tid: str, outcome: str) -> list[tuple[str, int]]:
+        """The waiting partitions a commit wrote to (none for anything but a commit); the
+        transaction's partitions are forgotten once it ended."""
+        txn = self.txn_ids[tid]
+        wake = sorted(txn.partitions & self.waiting) if outcome == "committed" else []
+        if txn.open is None:
+            txn.partitions = set()
+        return wake
 
     def _end(self, tid: str, number: int, *, commit: bool) -> str:
         txn = self.txn_ids[tid]
@@ -293,6 +350,11 @@ class FakeStore:
     def txn_offset_commit(self, conn: object, **args: Any) -> None:
         with self._call("txn_offset_commit", args):
             pass
+
+    def fetch_wake(self, conn: object, partitions: Sequence[tuple[str, int]]) -> int:
+        with self._call("fetch_wake", {"partitions": list(partitions)}):
+            self.woken.append(list(partitions))
+            return len(partitions)
 
     def committed(self, tid: str, number: int) -> bool:
         """Whether transaction ``number`` of ``tid`` committed."""

@@ -50,6 +50,8 @@ class Harness:
         self.now = 1000.0
         self.store = store or FakeStore()
         self.metrics = CountingMetrics()
+        #: The partitions handed to be woken, one list per wake-up.
+        self.wakes: list[list[tuple[str, int]]] = []
         self.manager = TransactionManager(
             self.store,
             transactional_id=transactional_id,
@@ -58,6 +60,7 @@ class Harness:
             max_block=1.0,
             request_timeout=1.0,
             metric=self.metrics.bump,
+            wake=self.wakes.append,
         )
         self.acc = RecordAccumulator(batch_size=1 << 20, max_batch_records=1000)
         self.cond = threading.Condition()
@@ -73,6 +76,7 @@ class Harness:
             backoff=backoff,
             backoff_max=backoff * 8,
             metrics=self.metrics,
+            wake=self.wakes.append,
             clock=lambda: self.now,
         )
         if transactional_id is not None:
@@ -103,11 +107,12 @@ class Harness:
         raise AssertionError("the sender never completed the batches")
 
     def produced(self, operation: str = "produce") -> list[tuple[int, int, int]]:
-        """(producer id, epoch, base sequence) of every produce call, in order."""
+        """(producer id, epoch, base sequence) of every batch sent, in order."""
         return [
-            (args["producer_id"], args["producer_epoch"], args["base_sequence"])
+            (args["producer_id"], args["producer_epoch"], b.base_sequence)
             for op, args in self.store.calls
             if op == operation
+            for b in args["batches"]
         ]
 
 
@@ -235,8 +240,10 @@ def test_a_batch_past_its_delivery_deadline_fails_while_others_proceed() -> None
     )
     stuck = h.send(b"a", partition=0)
     others = [h.send(b"b", partition=1)]
-    h.step()
-    assert others[0].result(0).offset == 0
+    # Sent together first, both fail; from then on each goes in a request of its own, and the
+    # partition that fails holds the other up no more.
+    h.run_until_done(others, step=0.1)
+    assert others[0].result(0).offset == 0 and not stuck.done()
     others.append(h.send(b"c", partition=1))
     h.run_until_done([stuck, *others], step=0.5)
     with pytest.raises(errors.DeliveryTimeoutError):
@@ -246,7 +253,7 @@ def test_a_batch_past_its_delivery_deadline_fails_while_others_proceed() -> None
     # once (not after the store refused it as out of order).
     assert h.manager.needs_identity
     h.store.refuse = None
-    sent = h.store.count("produce")
+    sent = len(h.produced())
     after = h.send(b"d", partition=0)
     h.run_until_done([after])
     pid = h.manager.identity.producer_id if h.manager.identity else None
@@ -393,3 +400,144 @@ def test_a_transactional_batch_out_of_time_makes_the_transaction_abortable_and_t
     h.manager.finish_abort(None)
     assert h.manager.state is TxnState.READY
     assert h.manager.identity is not None and h.manager.identity.epoch == (epoch or 0) + 1
+
+
+# --- one request for many partitions --------------------------------------------------------
+
+
+def test_the_ready_batches_of_every_partition_go_in_one_request() -> None:
+    h = Harness()
+    futures = [h.send(b"v%d" % p, partition=p) for p in range(4)]
+    assert h.step() == 4
+    assert h.store.count("produce") == 1
+    (request,) = h.store.arguments("produce")
+    assert sorted(b.partition for b in request["batches"]) == [0, 1, 2, 3]
+    assert [f.result(0).offset for f in futures] == [0, 0, 0, 0]
+
+
+def test_a_partitions_next_batch_waits_for_the_request_carrying_its_first() -> None:
+    # One batch per partition and request: a partition's batches stay in order.
+    h = Harness()
+    first, second = h.send(b"a"), h.send(b"b")
+    h.run_until_done([first, second])
+    assert [len(args["batches"]) for args in h.store.arguments("produce")] == [1, 1]
+    assert (first.result(0).offset, second.result(0).offset) == (0, 1)
+
+
+def test_a_refused_batch_fails_alone_and_frees_its_sequence() -> None:
+    h = Harness()
+    h.store.refuse = lambda batch: errors.RecordTooLargeError("too large") if batch["partition"] == 1 else None
+    futures = [h.send(b"v", partition=p) for p in range(3)]
+    h.step()
+    with pytest.raises(errors.RecordTooLargeError):
+        futures[1].result(0)
+    assert [futures[p].result(0).offset for p in (0, 2)] == [0, 0]
+    h.store.refuse = None
+    after = h.send(b"w", partition=1)
+    h.run_until_done([after])
+    assert h.produced()[-1][2] == 0, "nothing of the refused batch landed: its sequence is reused"
+
+
+def test_a_batch_refused_as_out_of_order_in_a_request_bumps_the_epoch_and_lands() -> None:
+    h = Harness()
+    warm = [h.send(b"w", partition=p) for p in range(2)]
+    h.run_until_done(warm)
+    pid = h.manager.identity.producer_id if h.manager.identity else 0
+    h.store.forget_sequences(pid)  # expiry: partition state gone, the next batches are out of order
+    futures = [h.send(b"v", partition=p) for p in range(2)]
+    h.run_until_done(futures)
+    assert [f.result(0).offset for f in futures] == [1, 1]
+    assert h.manager.identity is not None and h.manager.identity.epoch == 1
+
+
+def test_a_lost_reply_to_a_request_of_many_is_answered_as_duplicates() -> None:
+    h = Harness()
+    h.store.fail("produce", errors.DatabaseUnavailableError("reply lost"), after=True)
+    futures = [h.send(b"v%d" % p, partition=p) for p in range(3)]
+    h.run_until_done(futures)
+    assert [f.result(0).offset for f in futures] == [0, 0, 0]
+    assert h.store.log == {("t", p): [b"v%d" % p] for p in range(3)}, "each appended once"
+    # After the failure each batch went alone (a failing partition must not hold up the others).
+    assert [len(args["batches"]) for args in h.store.arguments("produce")] == [3, 1, 1, 1]
+
+
+def test_a_request_is_bounded_by_the_shortest_remaining_delivery_time() -> None:
+    h = Harness(delivery_timeout=10.0)
+    bounds: list[float] = []
+    real = h.store.request
+
+    def request(conn: object, seconds: float) -> object:
+        bounds.append(seconds)
+        return real(conn, seconds)
+
+    h.store.request = request  # type: ignore[method-assign,assignment]
+    old = h.send(b"old", partition=0)
+    h.now += 9.5
+    new = h.send(b"new", partition=1)
+    h.run_until_done([old, new])
+    assert bounds[-1] == pytest.approx(0.5)
+
+
+# --- waking readers ---------------------------------------------------------------------------
+
+
+def test_writes_to_partitions_a_reader_waits_on_are_handed_to_be_woken() -> None:
+    h = Harness()
+    h.store.waiting = {("t", 1), ("t", 3)}
+    futures = [h.send(b"v", partition=p) for p in range(4)]
+    h.run_until_done(futures)
+    assert h.wakes == [[("t", 1), ("t", 3)]]
+
+
+def test_a_duplicate_answer_wakes_nobody() -> None:
+    h = Harness()
+    h.store.fail("produce", errors.DatabaseUnavailableError("reply lost"), after=True)
+    future = h.send(b"v")
+    h.store.waiting = {("t", 0)}
+    h.run_until_done([future])
+    assert h.wakes == [], "the first attempt appended it (before anyone waited); the retry is a duplicate"
+
+
+def test_a_commit_hands_its_waited_on_partitions_to_be_woken() -> None:
+    h = Harness(transactional_id=TID)
+    h.store.waiting = {("t", 1)}
+    futures = [h.send(b"a", partition=0), h.send(b"b", partition=1)]
+    h.manager.begin_commit()
+    h.run_until_done(futures)
+    h.manager.finish_commit(None)
+    assert h.wakes == [[("t", 1)]]
+
+
+def test_an_end_txn_commit_hands_its_waited_on_partitions_to_be_woken() -> None:
+    h = Harness(transactional_id=TID)
+    h.store.waiting = {("t", 0)}
+    future = h.send(b"a")
+    h.run_until_done([future])  # sent before the commit: EndTxn alone commits it
+    h.wakes.clear()  # (the fake wakes any waiting partition on the append, as for read_uncommitted)
+    h.manager.begin_commit()
+    h.manager.finish_commit(None)
+    assert h.store.count("end_txn") == 1
+    assert h.wakes == [[("t", 0)]]
+
+
+# --- the accumulator drains every partition -------------------------------------------------
+
+
+def test_one_ready_batch_takes_every_partitions_head_along() -> None:
+    acc = RecordAccumulator(batch_size=1 << 20, max_batch_records=2)
+    full, partial = TopicPartition("t", 0), TopicPartition("t", 1)
+    acc.append(partial, None, b"x", None, None, size=1, now=0.0)
+    assert acc.ready(0.0, linger=5.0, flush=False) == [], "nothing is ready: nothing goes"
+    for _ in range(2):
+        acc.append(full, None, b"x", None, None, size=1, now=0.0)
+    assert sorted(b.tp.partition for b in acc.ready(0.0, linger=5.0, flush=False)) == [0, 1]
+
+
+def test_a_batch_waiting_out_its_backoff_stays_behind() -> None:
+    acc = RecordAccumulator(batch_size=1 << 20, max_batch_records=1)
+    ready, backing_off = TopicPartition("t", 0), TopicPartition("t", 1)
+    acc.append(ready, None, b"x", None, None, size=1, now=0.0)
+    batch, _ = acc.append(backing_off, None, b"x", None, None, size=1, now=0.0)
+    batch.attempts, batch.next_attempt_at = 1, 10.0
+    assert [b.tp for b in acc.ready(1.0, linger=5.0, flush=False)] == [ready]
+    assert len(acc.ready(10.0, linger=5.0, flush=False)) == 2

@@ -1,0 +1,299 @@
+"""Waking waiting readers (migration 0020): a reader registers its wait and LISTENs
+(fetch_wait_v1); a write to a waited-on partition says so in its answer, and the writer wakes the
+reader with fetch_wake_v1, a NOTIFY outside the write's transaction. Tried as separate login roles
+with ACLs on, with real concurrent sessions."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from oncelog import Consumer, Producer, TopicPartition, errors
+from oncelog.store import log, txn
+from oncelog.store.records import ProduceBatch, ProduceResult, RecordIn, WaitRegistration
+from tests.support.clock import server_time
+from tests.support.roles import Principal, client_principal
+
+TOPIC = "t"
+#: Bounds every wait of these tests; never an assertion on speed.
+WAIT = 30.0
+
+
+@pytest.fixture
+def acls_on(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"SELECT create_topic_v1('{TOPIC}', 4)")
+        conn.exec_driver_sql("SELECT set_acl_enforcement_v1(true)")
+
+
+@pytest.fixture
+def writer(client: Principal) -> Principal:
+    return client
+
+
+@pytest.fixture
+def reader(other: Principal) -> Principal:
+    return other
+
+
+@pytest.fixture
+def outsider(acls_on: None, engine: sa.Engine, db_url: str) -> Iterator[Principal]:
+    """A client role no ACL allows anything."""
+    yield from client_principal(engine, db_url, acls=())
+
+
+def _one(p: int, tag: str) -> list[ProduceBatch]:
+    return [ProduceBatch(TOPIC, p, None, [RecordIn(tag.encode())])]
+
+
+def _write(who: Principal, p: int, tag: str = "v") -> ProduceResult:
+    (answer,) = who.call(log.produce_batches, batches=_one(p, tag))
+    assert isinstance(answer, ProduceResult), answer
+    return answer
+
+
+def _woken(conn: sa.Connection, registration: WaitRegistration, seconds: float) -> bool:
+    return log.await_wakeup(conn, registration, seconds)
+
+
+def test_a_write_to_a_waited_on_partition_wakes_the_reader(writer: Principal, reader: Principal) -> None:
+    with reader.engine.connect() as listening:
+        registration = log.fetch_wait(listening, [(TOPIC, 1)], read_committed=True, wait_ms=60_000)
+        assert not _write(writer, 0).wake, "nobody waits on partition 0"
+        answer = _write(writer, 1)
+        assert answer.wake
+        assert not _woken(listening, registration, 0.05), "no NOTIFY yet: the writer sends it"
+        assert writer.call(log.fetch_wake, partitions=[(TOPIC, 1)]) == 1
+        assert _woken(listening, registration, WAIT)
+
+
+def test_a_wake_up_for_another_partition_is_passed_over(writer: Principal, reader: Principal) -> None:
+    with reader.engine.connect() as listening:
+        registration = log.fetch_wait(listening, [(TOPIC, 1)], read_committed=False, wait_ms=60_000)
+        writer.call(log.fetch_wake, partitions=[(TOPIC, 2)])
+        assert not _woken(listening, registration, 0.3)
+        writer.call(log.fetch_wake, partitions=[(TOPIC, 2), (TOPIC, 1)])
+        assert _woken(listening, registration, WAIT)
+
+
+def test_transactions_wake_read_uncommitted_on_append_and_read_committed_on_commit(
+    writer: Principal, reader: Principal, engine: sa.Engine
+) -> None:
+    with reader.engine.connect() as c1, reader.engine.connect() as c2:
+        log.fetch_wait(c1, [(TOPIC, 0)], read_committed=True, wait_ms=60_000)
+        ident = writer.call(txn.init_producer_id, transactional_id="tx", transaction_timeout_ms=60_000)
+        n = ident.txn_number + 1
+        (appended,) = writer.call(
+            log.produce_batches, batches=[ProduceBatch(TOPIC, 0, 0, [RecordIn(b"a")])],
+            producer_id=ident.producer_id, producer_epoch=ident.epoch, transactional_id="tx", txn_number=n,
+        )  # fmt: skip
+        assert isinstance(appended, ProduceResult) and not appended.wake, "read_committed waits for the commit"
+        log.fetch_wait(c2, [(TOPIC, 0)], read_committed=False, wait_ms=60_000)
+        (again,) = writer.call(
+            log.produce_batches, batches=[ProduceBatch(TOPIC, 0, 1, [RecordIn(b"b")])],
+            producer_id=ident.producer_id, producer_epoch=ident.epoch, transactional_id="tx", txn_number=n,
+        )  # fmt: skip
+        assert isinstance(again, ProduceResult) and again.wake, "read_uncommitted reads the append"
+        outcome, wake = writer.call(
+            txn.end_txn_waking, transactional_id="tx", producer_id=ident.producer_id, epoch=ident.epoch,
+            txn_number=n, commit=True,
+        )  # fmt: skip
+        assert (outcome, wake) == ("committed", [(TOPIC, 0)])
+        # A retry of the commit wakes nobody again; an abort wakes nobody at all.
+        assert writer.call(
+            txn.end_txn_waking, transactional_id="tx", producer_id=ident.producer_id, epoch=ident.epoch,
+            txn_number=n, commit=True,
+        ) == ("already_committed", [])  # fmt: skip
+
+
+def test_the_one_round_trip_commit_names_its_waited_on_partitions(writer: Principal, reader: Principal) -> None:
+    with reader.engine.connect() as listening:
+        log.fetch_wait(listening, [(TOPIC, 2), (TOPIC, 3)], read_committed=True, wait_ms=60_000)
+        ident = writer.call(txn.init_producer_id, transactional_id="tx", transaction_timeout_ms=60_000)
+        done = writer.call(
+            log.produce_offsets_end_txn, transactional_id="tx", producer_id=ident.producer_id,
+            producer_epoch=ident.epoch, txn_number=ident.txn_number + 1,
+            batches=[ProduceBatch(TOPIC, p, 0, [RecordIn(b"x")]) for p in (3, 1)],
+        )  # fmt: skip
+        assert (done.outcome, done.wake) == ("committed", [(TOPIC, 3)])
+
+
+def test_a_registration_lasts_as_long_as_its_wait(writer: Principal, reader: Principal, engine: sa.Engine) -> None:
+    start = datetime.now(UTC)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as owner:
+        with server_time(owner, start), reader.engine.connect() as listening:
+            log.fetch_wait(listening, [(TOPIC, 0)], read_committed=True, wait_ms=1000)
+        with server_time(owner, start + timedelta(milliseconds=900)):
+            assert _write(writer, 0).wake
+        with server_time(owner, start + timedelta(milliseconds=1100)):
+            assert not _write(writer, 0).wake, "the reader stopped waiting"
+
+
+def test_a_reader_without_read_access_cannot_wait_and_a_stranger_cannot_wake(outsider: Principal) -> None:
+    with pytest.raises(errors.TopicAuthorizationError):
+        outsider.call(log.fetch_wait, partitions=[(TOPIC, 0)], read_committed=True, wait_ms=1000)
+    with pytest.raises(errors.TopicAuthorizationError):
+        outsider.call(log.fetch_wake, partitions=[(TOPIC, 0)])
+
+
+@pytest.mark.parametrize("wait_ms", [-1, 300_001])
+def test_a_wait_outside_its_bounds_is_refused(reader: Principal, wait_ms: int) -> None:
+    with pytest.raises(errors.InvalidRequestError):
+        reader.call(log.fetch_wait, partitions=[(TOPIC, 0)], read_committed=True, wait_ms=wait_ms)
+
+
+def _locks_waited_on(engine: sa.Engine, pid: int) -> bool:
+    with engine.connect() as conn:
+        return bool(
+            conn.exec_driver_sql(
+                "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %(pid)s", {"pid": pid}
+            ).scalar()
+        )
+
+
+def test_registering_waits_out_the_append_in_flight_so_the_next_fetch_sees_it(
+    writer: Principal, reader: Principal, engine: sa.Engine
+) -> None:
+    # The race the registration closes: an append that checked for waiters before the reader
+    # registered, and commits after the reader's fetch. Held here in an open transaction.
+    libpq = writer.url.replace("postgresql+psycopg", "postgresql")
+    with psycopg.connect(libpq, options="-c search_path=oncelog") as appender:
+        row = appender.execute(
+            "SELECT wake FROM produce_batches_v1(NULL, NULL, NULL, NULL, '{t}', '{0}', NULL, '{1}', "
+            "'{NULL}'::bytea[], '{late}'::bytea[], NULL, NULL)"
+        ).fetchone()
+        assert row is not None and row[0] is False, "nobody waited yet"
+        registered = threading.Event()
+        failures: list[BaseException] = []
+        with reader.engine.connect() as listening:
+            pid = int(listening.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
+
+            def register() -> None:
+                try:
+                    log.fetch_wait(listening, [(TOPIC, 0)], read_committed=True, wait_ms=60_000)
+                    registered.set()
+                except BaseException as exc:
+                    failures.append(exc)
+
+            t = threading.Thread(target=register)
+            t.start()
+            deadline = time.monotonic() + WAIT
+            while not _locks_waited_on(engine, pid):
+                assert time.monotonic() < deadline and t.is_alive(), f"the registration did not wait: {failures}"
+                time.sleep(0.01)
+            assert not registered.is_set()
+            appender.commit()
+            t.join(WAIT)
+            assert registered.is_set() and failures == []
+            got = log.fetch_many(listening, {(TOPIC, 0): 0})[(TOPIC, 0)].records
+            assert [r.value for r in got] == [b"late"]
+
+
+def test_a_reader_keeping_its_registration_open_holds_no_writer_up(writer: Principal, reader: Principal) -> None:
+    # A hostile reader calls fetch_wait_v1 in a transaction it keeps open: the row locks it took
+    # to wait out appends in flight are gone (rolled back with their subtransaction).
+    libpq = reader.url.replace("postgresql+psycopg", "postgresql")
+    with psycopg.connect(libpq, options="-c search_path=oncelog") as hostile:
+        hostile.execute("SELECT * FROM fetch_wait_v1('{t,t,t,t}', '{0,1,2,3}', true, 60000)").fetchall()
+        with writer.engine.connect() as conn:
+            conn.exec_driver_sql("SET lock_timeout = '2s'")
+            (answer,) = log.produce_batches(conn, batches=_one(0, "x"))
+        assert isinstance(answer, ProduceResult)
+        hostile.rollback()
+
+
+def test_a_notify_is_queued_while_the_reader_runs_other_statements(writer: Principal, reader: Principal) -> None:
+    with reader.engine.connect() as listening:
+        registration = log.fetch_wait(listening, [(TOPIC, 0)], read_committed=True, wait_ms=60_000)
+        writer.call(log.fetch_wake, partitions=[(TOPIC, 0)])
+        log.fetch_many(listening, {(TOPIC, 0): 0})  # the notification arrives meanwhile
+        assert _woken(listening, registration, WAIT)
+        log.drain_wakeups(listening)
+        assert not _woken(listening, registration, 0.05), "drained"
+        log.stop_waiting(listening)
+        writer.call(log.fetch_wake, partitions=[(TOPIC, 0)])
+        assert not _woken(listening, registration, 0.3), "no longer listening"
+
+
+# --- the clients: a waiting Consumer woken by a Producer ---------------------------------------
+
+
+def _poll_in_thread(consumer: Consumer, timeout: float) -> tuple[threading.Thread, list[Any]]:
+    got: list[Any] = []
+
+    def run() -> None:
+        try:
+            got.extend(consumer.poll(timeout))
+        except BaseException as exc:
+            got.append(exc)
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, got
+
+
+def _waiting(engine: sa.Engine) -> bool:
+    with engine.connect() as conn:
+        return bool(conn.exec_driver_sql("SELECT count(*) FROM fetch_waiters").scalar_one())
+
+
+@pytest.mark.parametrize("transactional", [False, True])
+def test_a_waiting_consumer_is_woken_by_the_write_not_by_its_own_polling(
+    engine: sa.Engine, db_url: str, transactional: bool
+) -> None:
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"SELECT create_topic_v1('{TOPIC}', 4)")
+    # Backoffs of a minute: within this poll the consumer looks again by itself only after a
+    # minute, so a record that arrives in its third fetch can only have been announced.
+    with Consumer(db_url, fetch_min_backoff_ms=60_000, fetch_max_backoff_ms=60_000) as consumer:
+        consumer.assign([TopicPartition(TOPIC, 2)])
+        consumer.seek(TopicPartition(TOPIC, 2), 0)
+        t, got = _poll_in_thread(consumer, 120)
+        deadline = time.monotonic() + WAIT
+        while not _waiting(engine):
+            assert time.monotonic() < deadline, "the consumer never registered its wait"
+            time.sleep(0.01)
+        if transactional:
+            with Producer(db_url, transactional_id="w") as producer:
+                producer.init_transactions()
+                with producer.transaction():
+                    producer.send(TOPIC, b"hello", partition=2)
+        else:
+            with Producer(db_url) as producer:
+                producer.send(TOPIC, b"hello", partition=2).result(WAIT)
+        t.join(WAIT * 4)
+        assert [r.value for r in got] == [b"hello"]
+        metrics = consumer.metrics()
+    assert metrics["fetch_total"] == 3, "fetch, fetch after registering, fetch when woken"
+
+
+def test_a_consumer_told_not_to_listen_never_registers(engine: sa.Engine, db_url: str) -> None:
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"SELECT create_topic_v1('{TOPIC}', 1)")
+    with Consumer(db_url, listen_for_writes=False, fetch_min_backoff_ms=5, fetch_max_backoff_ms=20) as consumer:
+        consumer.assign([TopicPartition(TOPIC, 0)])
+        consumer.seek(TopicPartition(TOPIC, 0), 0)
+        assert consumer.poll(0.2) == []
+    assert not _waiting(engine)
+
+
+def test_a_producer_told_not_to_wake_readers_sends_no_wake_up(engine: sa.Engine, db_url: str) -> None:
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"SELECT create_topic_v1('{TOPIC}', 1)")
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as listening:
+        log.fetch_wait(listening, [(TOPIC, 0)], read_committed=True, wait_ms=60_000)
+        with Producer(db_url, wake_readers=False) as quiet:
+            quiet.send(TOPIC, b"a", partition=0).result(WAIT)
+            quiet.flush()
+            assert quiet.metrics()["reader_wakeup_total"] == 0
+        with Producer(db_url) as waking:
+            waking.send(TOPIC, b"b", partition=0).result(WAIT)
+        # The waker sends from its own thread; close() waited for it.
+        assert waking.metrics()["reader_wakeup_total"] == 1
