@@ -19,11 +19,16 @@ pipeline, latency and wake-up measurement starts from an empty log (earlier reco
 2. Latency: a producer (idempotent, linger_ms=0) writes records carrying their send time at a steady
    rate to the input of 1 or 4 members; a read_committed Consumer on the output (default backoff)
    measures receive time - send time.
-3. Wake-up: waiting read_committed consumers (separate processes, default backoff 5..200 ms, and
-   fetch_max_backoff_ms 20 and 5) on a topic where a transactional producer commits one record at a
-   time, at random intervals: visible to the consumer - commit_transaction returned. Beside it the same
-   measure for raw LISTEN/NOTIFY (a psycopg listener woken by a NOTIFY committed with an INSERT), and
-   the CPU an idle polling consumer costs (its process and, for a local server, its backend).
+3. Wake-up: waiting read_committed consumers (separate processes: the defaults, which LISTEN for the
+   producers' wake-ups and poll with a backoff of 5..200 ms; and, for comparison, polling only, with
+   fetch_max_backoff_ms 200 and 5) on a topic where a transactional producer (defaults) commits one
+   record at a time, at random intervals: visible to the consumer - commit_transaction returned.
+   Beside it the same measure for raw LISTEN/NOTIFY (a psycopg listener woken by a NOTIFY committed
+   with an INSERT), and the CPU an idle consumer costs (its process and, for a local server, its
+   backend). The wake-ups' cost to producers: 4 transactional producers (threads) commit one-record
+   transactions to a 4-partition topic, each to its own partition, while a read_committed consumer
+   process waits on all four; commits/s with the mechanism on (producers wake readers, the consumer
+   listens) against off (neither; the consumer polls), paired and repeated.
    NOTIFY's cost: commits/s of single-row INSERTs (raw psycopg, autocommit, 1 and 8 threads) without
    and with a NOTIFY in the same transaction (``pg_notify`` in the INSERT's statement, so the round
    trips are the same), with and without a listening session.
@@ -86,7 +91,14 @@ LATENCY_DRAIN_SECONDS = 20.0  # after the last send, the wait for the last recor
 FULL_LATENCY = (200, 8.0)  # records/s, seconds
 QUICK_LATENCY = (50, 1.0)
 
-WAKE_BACKOFFS = (200, 20, 5)  # fetch_max_backoff_ms of the waiting consumers (fetch_min_backoff_ms stays 5)
+#: The waiting consumers: name -> (fetch_max_backoff_ms, listen_for_writes); fetch_min_backoff_ms stays 5.
+#: "200" is the Consumer's defaults.
+WAKE_WAITERS = {"200": (200, True), "200-polling": (200, False), "5-polling": (5, False)}
+WAKE_DEFAULT = "200"
+#: The wake-ups' cost to producers: committing threads, seconds per run.
+WAKE_COST_PRODUCERS = 4
+FULL_WAKE_COST_SECONDS = 4.0
+QUICK_WAKE_COST_SECONDS = 0.5
 FULL_WAKE = (150, 0.4)  # commits, largest random gap between them (s)
 QUICK_WAKE = (6, 0.05)
 FULL_NOTIFY_WAKE = 200
@@ -133,15 +145,20 @@ def member_main(url: str, input_topic: str, output_topic: str, group: str, trans
     return 0
 
 
-def waiter_main(url: str, topic: str, min_backoff_ms: int, max_backoff_ms: int) -> int:
-    """A consumer waiting at the end of partition 0: prints ``<offset> <time_ns>`` as records become
-    visible, until SIGTERM; then ``cpu <seconds> <wall seconds>``."""
+def waiter_main(
+    url: str, topic: str, *, min_backoff_ms: int, max_backoff_ms: int, listen: bool, partitions: int
+) -> int:
+    """A consumer waiting at the end of partitions 0..``partitions``-1: prints ``<offset> <time_ns>``
+    as records become visible, until SIGTERM; then ``cpu <seconds> <wall seconds>``."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    tp = TopicPartition(topic, 0)
-    with Consumer(url, fetch_min_backoff_ms=min_backoff_ms, fetch_max_backoff_ms=max_backoff_ms) as consumer:
-        consumer.assign([tp])
-        consumer.seek(tp, 0)
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    with Consumer(
+        url, fetch_min_backoff_ms=min_backoff_ms, fetch_max_backoff_ms=max_backoff_ms, listen_for_writes=listen
+    ) as consumer:
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
         consumer.poll(0)
         print("ready", flush=True)
         started, cpu0 = time.monotonic(), sum(os.times()[:2])
@@ -414,11 +431,13 @@ def pipeline_latency(bench: Bench, members: int, rate: int, seconds: float) -> d
 class Waiter:
     """A waiting consumer process; a thread collects what it prints."""
 
-    def __init__(self, bench: Bench, topic: str, max_backoff_ms: int) -> None:
-        self.max_backoff_ms = max_backoff_ms
-        self.app_name = f"bench-waiter-{max_backoff_ms}-{uuid.uuid4().hex[:6]}"
+    def __init__(self, bench: Bench, topic: str, name: str, partitions: int = 1) -> None:
+        max_backoff_ms, listen = WAKE_WAITERS[name]
+        self.name = name
+        self.app_name = f"bench-waiter-{name}-{uuid.uuid4().hex[:6]}"
         url = with_app_name(bench.sa_url, self.app_name)
-        self.proc, self.err = spawn(["_waiter", topic, "5", str(max_backoff_ms)], url=url)
+        args = ["_waiter", topic, "5", str(max_backoff_ms), "listen" if listen else "poll", str(partitions)]
+        self.proc, self.err = spawn(args, url=url)
         self.seen: dict[int, int] = {}
         self.ready = threading.Event()
         self.cpu: tuple[float, float] | None = None
@@ -449,7 +468,7 @@ class Waiter:
         errors = self.err.read()
         self.err.close()
         if self.proc.returncode != 0:
-            raise RuntimeError(f"waiter {self.max_backoff_ms} ms exited with {self.proc.returncode}:\n{errors[-3000:]}")
+            raise RuntimeError(f"waiter {self.name} exited with {self.proc.returncode}:\n{errors[-3000:]}")
 
 
 def backend_cpu_seconds(conn: psycopg.Connection[Any], app_name: str) -> float | None:
@@ -471,14 +490,14 @@ def backend_cpu_seconds(conn: psycopg.Connection[Any], app_name: str) -> float |
 def wakeup_latency(bench: Bench, samples: int, max_gap: float) -> dict[str, Any]:
     bench.reset()
     topic, _ = bench.new_topic(1)
-    waiters = [Waiter(bench, topic, ms) for ms in WAKE_BACKOFFS]
+    waiters = [Waiter(bench, topic, name) for name in WAKE_WAITERS]
     acks: dict[int, int] = {}
     rng = random.Random(20240611)  # noqa: S311 (reproducible gaps, not cryptography)
     try:
         for w in waiters:
             if not w.ready.wait(60):
                 w.stop()
-                raise RuntimeError(f"waiter {w.max_backoff_ms} ms did not start")
+                raise RuntimeError(f"waiter {w.name} did not start")
         with (
             psycopg.connect(bench.conninfo, autocommit=True) as conn,
             Producer(bench.sa_url, transactional_id=f"bench-wake-{uuid.uuid4().hex[:8]}") as producer,
@@ -508,11 +527,11 @@ def wakeup_latency(bench: Bench, samples: int, max_gap: float) -> dict[str, Any]
     for w in waiters:
         missing = [o for o in acks if o not in w.seen]
         if missing:
-            raise RuntimeError(f"waiter {w.max_backoff_ms} ms never saw offsets {missing[:5]}")
+            raise RuntimeError(f"waiter {w.name} never saw offsets {missing[:5]}")
         lat = summarize([(w.seen[o] - t) / 1e9 for o, t in acks.items()])
         lat["min_ms"] = round(min((w.seen[o] - t) / 1e6 for o, t in acks.items()), 4)
         before, after = cpu0.get(w.app_name), cpu1.get(w.app_name)
-        out["waiters"][str(w.max_backoff_ms)] = {
+        out["waiters"][w.name] = {
             **lat,
             "client_cpu_pct": round(100 * w.cpu[0] / w.cpu[1], 2) if w.cpu else None,
             "server_cpu_pct": round(100 * (after - before) / wall, 2)
@@ -520,6 +539,62 @@ def wakeup_latency(bench: Bench, samples: int, max_gap: float) -> dict[str, Any]
             else None,
         }
     return out
+
+
+def wake_cost(bench: Bench, seconds: float, repeat: int) -> dict[str, Any]:
+    """Commits/s of WAKE_COST_PRODUCERS transactional producers (one-record transactions, each to
+    its own partition) while a read_committed consumer waits on all the partitions: the wake-ups
+    on (producers wake readers, the consumer listens) against off, paired, ``repeat`` times."""
+    runs: dict[str, list[float]] = {"on": [], "off": []}
+    for i in range(repeat):
+        for mode in ("on", "off") if i % 2 == 0 else ("off", "on"):
+            bench.reset()
+            topic, _ = bench.new_topic(WAKE_COST_PRODUCERS)
+            waiter = Waiter(bench, topic, WAKE_DEFAULT if mode == "on" else "200-polling", WAKE_COST_PRODUCERS)
+            try:
+                if not waiter.ready.wait(60):
+                    raise RuntimeError("the waiting consumer did not start")
+                runs[mode].append(_commit_rate(bench, topic, seconds, wake=mode == "on"))
+            finally:
+                waiter.stop()
+    paired = [on / off for on, off in zip(runs["on"], runs["off"], strict=True)]
+    return {
+        "producers": WAKE_COST_PRODUCERS,
+        "seconds": seconds,
+        "commits_per_s_on": round(statistics.median(runs["on"]), 1),
+        "commits_per_s_off": round(statistics.median(runs["off"]), 1),
+        "runs_on": [round(x, 1) for x in runs["on"]],
+        "runs_off": [round(x, 1) for x in runs["off"]],
+        "ratio": round(statistics.median(paired), 3),
+        "target": 0.95,
+    }
+
+
+def _commit_rate(bench: Bench, topic: str, seconds: float, *, wake: bool) -> float:
+    """Commits/s of WAKE_COST_PRODUCERS producer threads committing one-record transactions."""
+    counts = [0] * WAKE_COST_PRODUCERS
+    value = b"x" * VALUE_PAD
+
+    def committer(k: int) -> Callable[[threading.Barrier], None]:
+        def run(barrier: threading.Barrier) -> None:
+            tid = f"bench-cost-{k}-{uuid.uuid4().hex[:6]}"
+            with Producer(bench.sa_url, transactional_id=tid, wake_readers=wake) as producer:
+                producer.init_transactions()
+                producer.partitions_for(topic)
+                barrier.wait()
+                deadline = time.perf_counter() + seconds
+                n = 0
+                while time.perf_counter() < deadline:
+                    producer.begin_transaction()
+                    producer.send(topic, value, partition=k)
+                    producer.commit_transaction()
+                    n += 1
+                counts[k] = n
+
+        return run
+
+    elapsed = run_threads([committer(k) for k in range(WAKE_COST_PRODUCERS)])
+    return sum(counts) / elapsed
 
 
 def notify_wakeup(bench: Bench, samples: int, max_gap: float) -> dict[str, float]:
@@ -661,8 +736,14 @@ def run(quick: bool, repeat: int) -> dict[str, Any]:
         samples, max_gap = QUICK_WAKE if quick else FULL_WAKE
         wake = wakeup_latency(bench, samples, max_gap)
         wake["notify"] = notify_wakeup(bench, QUICK_NOTIFY_WAKE if quick else FULL_NOTIFY_WAKE, 0.02)
-        for ms, w in wake["waiters"].items():
-            log(f"wake-up, fetch_max_backoff_ms={ms}: p50 {w['p50_ms']:.1f} ms, p99 {w['p99_ms']:.1f} ms")
+        for name, w in wake["waiters"].items():
+            log(f"wake-up, {WAITER_TITLES[name]}: p50 {w['p50_ms']:.1f} ms, p99 {w['p99_ms']:.1f} ms")
+        cost = wake_cost(bench, QUICK_WAKE_COST_SECONDS if quick else FULL_WAKE_COST_SECONDS, repeat)
+        wake["cost"] = cost
+        log(
+            f"wake-ups' cost: {cost['producers']} producers commit {cost['commits_per_s_on']:,.0f}/s with them, "
+            f"{cost['commits_per_s_off']:,.0f}/s without ({cost['ratio']:.2f})"
+        )
         log(f"wake-up, LISTEN/NOTIFY: p50 {wake['notify']['p50_ms']:.2f} ms, p99 {wake['notify']['p99_ms']:.2f} ms")
     finally:
         if bench is not None:
@@ -672,7 +753,7 @@ def run(quick: bool, repeat: int) -> dict[str, Any]:
             target.stop()
     machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     machine["pressure_end"] = pressure()
-    default = wake["waiters"][str(WAKE_BACKOFFS[0])]
+    default = wake["waiters"][WAKE_DEFAULT]
     eight = {c["mode"]: c for c in notify_tp if c["threads"] == max(NOTIFY_THREADS)}
     return {
         "benchmark": "pipeline",
@@ -693,6 +774,7 @@ def run(quick: bool, repeat: int) -> dict[str, Any]:
             "wakeup_default_p50_ms": default["p50_ms"],
             "wakeup_default_p99_ms": default["p99_ms"],
             "notify_ratio_8_threads": eight["notify"]["ratio"],
+            "wakeup_cost_ratio": wake["cost"]["ratio"],
         },
         "seconds": round(time.perf_counter() - started, 1),
     }
@@ -755,8 +837,8 @@ def render(result: dict[str, Any]) -> str:
         "| waiting reader | samples | p50 ms | p99 ms | max ms | min ms | idle CPU: client % | backend % |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for ms, r in w["waiters"].items():
-        title = f"Consumer, fetch_max_backoff_ms={ms}" + (" (default)" if ms == str(WAKE_BACKOFFS[0]) else "")
+    for name, r in w["waiters"].items():
+        title = WAITER_TITLES[name]
         client = "n/a" if r["client_cpu_pct"] is None else f"{r['client_cpu_pct']:.1f}"
         backend = "n/a" if r["server_cpu_pct"] is None else f"{r['server_cpu_pct']:.1f}"
         lines.append(
@@ -770,6 +852,7 @@ def render(result: dict[str, Any]) -> str:
         "",
         "(CPU: share of one core over the sampling window, most of it spent waiting.)",
         "",
+        *_render_cost(w.get("cost")),
         "## The cost of NOTIFY: single-row INSERT commits/s (raw psycopg, autocommit)",
         "",
         "| threads | statement | commits/s | ratio (to INSERT alone) |",
@@ -790,12 +873,44 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: How the report names each waiting consumer.
+WAITER_TITLES = {
+    "200": "Consumer, defaults (listens; polls 5..200 ms)",
+    "200-polling": "Consumer, polling only, fetch_max_backoff_ms=200",
+    "5-polling": "Consumer, polling only, fetch_max_backoff_ms=5",
+}
+
+
+def _render_cost(cost: dict[str, Any] | None) -> list[str]:
+    if cost is None:
+        return []
+    return [
+        f"The wake-ups' cost to producers: {cost['producers']} transactional producers commit one-record "
+        "transactions (each to its own partition) while a read_committed consumer waits on all of them:",
+        "",
+        "| mechanism | commits/s | ratio (on / off) | target |",
+        "|---|---:|---:|---|",
+        f"| off (no wake-ups; the consumer polls) | {cost['commits_per_s_off']:,.0f} | | |",
+        f"| on (producers wake, the consumer listens) | {cost['commits_per_s_on']:,.0f} | {cost['ratio']:.2f} "
+        f"| >= {cost['target']} |",
+        "",
+    ]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     if args_in[:1] == ["_member"]:
         return member_main(os.environ[CHILD_URL_ENV], *args_in[1:5])
     if args_in[:1] == ["_waiter"]:
-        return waiter_main(os.environ[CHILD_URL_ENV], args_in[1], int(args_in[2]), int(args_in[3]))
+        topic, low, high, listen, partitions = args_in[1:6]
+        return waiter_main(
+            os.environ[CHILD_URL_ENV],
+            topic,
+            min_backoff_ms=int(low),
+            max_backoff_ms=int(high),
+            listen=listen == "listen",
+            partitions=int(partitions),
+        )
     parser = bench_parser("bench.pipeline", __doc__, "runs per throughput measurement (default 2; 1 with --quick)")
     args = parser.parse_args(args_in)
     result = run(args.quick, repeat_count(parser, args, 2))

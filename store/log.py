@@ -260,8 +260,15 @@ def produce_batches(
         "txn_number": txn_number,
         **_batch_params(batches),
     }
+    try:
+        rows = _driver(conn, _PRODUCE_BATCHES, params).all()
+    except OncelogError as exc:
+        if len(batches) == 1 and (exc.sqlstate or "").startswith("OL"):
+            # The store raises the refusal of a one-batch request (its fast path): that batch's answer.
+            return [exc]
+        raise
     answers: list[ProduceResult | OncelogError] = []
-    for row in _driver(conn, _PRODUCE_BATCHES, params).all():
+    for row in rows:
         if row.error_code is not None:
             answers.append(refusal(str(row.error_code), str(row.error_message)))
         else:

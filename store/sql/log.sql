@@ -850,6 +850,25 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'OL000',
             MESSAGE = format('a produce request carries 1 to 64 batches, not %s', v_batches);
     END IF;
+    IF v_batches = 1 THEN
+        -- One batch (every single-record send): produce_v2 takes its own locks in the order, and
+        -- its refusal is raised, which the caller reads as the batch's answer (nothing of a
+        -- one-batch request lands either way). No locking pass, no subtransaction: both cost more
+        -- than the append of one record.
+        IF coalesce(cardinality(p_partitions), 0) <> 1 OR coalesce(cardinality(p_counts), 0) <> 1
+           OR p_counts[1] IS DISTINCT FROM v_records
+           OR (p_base_sequences IS NOT NULL AND cardinality(p_base_sequences) <> 1) THEN
+            RAISE EXCEPTION USING ERRCODE = 'OL107',
+                MESSAGE = 'every batch holds at least one record, and the counts add up to the keys, values, headers '
+                          'and timestamps given';
+        END IF;
+        SELECT * INTO r FROM produce_v2(p_topics[1], p_partitions[1], p_producer_id, p_producer_epoch,
+                                        p_base_sequences[1], p_keys, p_values, p_headers, p_timestamps,
+                                        p_transactional_id, p_txn_number);
+        RETURN QUERY SELECT r.base_offset, r.last_offset, r.log_append_time, r.duplicate, NULL::text, NULL::text,
+                            NOT r.duplicate AND fetch_waiting_v1(p_topics[1], p_partitions[1], NOT v_txn, true);
+        RETURN;
+    END IF;
     IF coalesce(cardinality(p_partitions), 0) <> v_batches OR coalesce(cardinality(p_counts), 0) <> v_batches
        OR (p_base_sequences IS NOT NULL AND cardinality(p_base_sequences) <> v_batches) THEN
         RAISE EXCEPTION USING ERRCODE = 'OL107',

@@ -26,7 +26,7 @@ TXN_SIZES = (1, 10, 100, 1000)
 TXN_PARTITIONS = (1, 4)
 LATENCY_CASES = ("empty", "ten_1p", "ten_4p", "ten_flushed", "raw_one", "raw_ten")
 READERS = ("raw", "raw_text", "fetch_v3", "fetch_rc", "fetch_ru", "consumer_rc", "consumer_ru")
-WAKE_BACKOFFS = ("200", "20", "5")
+WAKERS = ("200", "200-polling", "5-polling")
 NOTIFY_MODES = ("plain", "notify", "notify_listened")
 
 
@@ -170,11 +170,13 @@ def test_pipeline_json_has_positive_numbers(pipeline_run: tuple[str, dict[str, A
         _check_stats(r, f"latency {r['members']}")
 
     wake = result["wakeup"]
-    assert set(wake["waiters"]) == set(WAKE_BACKOFFS)
+    assert set(wake["waiters"]) == set(WAKERS)
     for name, stats in wake["waiters"].items():
         _check_stats(stats, f"wake {name}", may_be_negative=True)
         assert stats["max_ms"] > 0, name
     _check_stats(wake["notify"], "notify", may_be_negative=True)
+    cost = wake["cost"]
+    assert cost["commits_per_s_on"] > 0 and cost["commits_per_s_off"] > 0 and cost["ratio"] > 0, cost
 
     notify = result["notify_throughput"]
     assert {(c["threads"], c["mode"]) for c in notify} == {(t, m) for t in (1, 8) for m in NOTIFY_MODES}

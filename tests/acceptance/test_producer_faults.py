@@ -141,13 +141,16 @@ def test_many_batches_survive_fault_exactly_once(db_url: str, proxy: FaultProxy,
             sent[part].append(value)
         flushed = pool.submit(p.flush, RESULT_TIMEOUT)
         wait_until(lambda: proxy.stats.connections_refused >= 1, 30, "the producer to try to reconnect")
-        # While the producer retries: exactly the first batch sent committed, or nothing did.
+        # While the producer retries: exactly the first request committed, or nothing did. It
+        # carried the full batch that made it leave and every other partition's head batch then
+        # (the sender drains all partitions): at most one batch, a prefix, per partition.
         logged = {part: values(read_partition(db_url, "t", part)) for part in range(partitions)}
         grown = {part: len(logged[part]) - 1 for part in range(partitions) if len(logged[part]) > 1}
         if fault == CUT_AFTER:
-            assert len(grown) == 1 and set(grown.values()) == {batch_records}, grown
-            (part,) = grown
-            assert logged[part] == sent[part][: 1 + batch_records]
+            assert batch_records in grown.values(), grown
+            assert all(0 < n <= batch_records for n in grown.values()), grown
+            for part, n in grown.items():
+                assert logged[part] == sent[part][: 1 + n]
         else:
             assert grown == {}
         assert not any(f.done() for _, _, f in futures)
@@ -156,7 +159,7 @@ def test_many_batches_survive_fault_exactly_once(db_url: str, proxy: FaultProxy,
         metrics, stats = p.metrics(), proxy.stats
 
     assert stats.faults_fired.get(fault) == 1, stats
-    # The batch that met the fault was retried whole.
+    # The request that met the fault was retried whole (its full batch at least).
     assert metrics["record_retry_total"] >= batch_records, metrics
     assert metrics["epoch_bump_total"] == 0, metrics
     assert metrics["record_error_total"] == 0, metrics

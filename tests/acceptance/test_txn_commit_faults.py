@@ -48,6 +48,7 @@ import oncelog.store.log
 import oncelog.store.txn
 from oncelog import errors
 from oncelog.store import create_engine, log, txn
+from oncelog.store.records import CommitResult
 from oncelog.txn_state import TxnState
 from tests.support.logcheck import sslmode_disable, wait_until
 from tests.support.proxy import FaultProxy
@@ -108,9 +109,9 @@ class Seam:
         self.fired = False
         self.fired_call: dict[str, Any] = {}
         for kind, module, name in (
-            ("produce", oncelog.store.log, "produce"),
+            ("produce", oncelog.store.log, "produce_batches"),
             ("produce_offsets_end_txn", oncelog.store.log, "produce_offsets_end_txn"),
-            ("end_txn", oncelog.store.txn, "end_txn"),
+            ("end_txn", oncelog.store.txn, "end_txn_waking"),
             ("init", oncelog.store.txn, "init_producer_id"),
         ):
             monkeypatch.setattr(module, name, self._wrap(kind, getattr(module, name)))
@@ -133,6 +134,8 @@ class Seam:
                     self._armed = None
                     self.fired = True
                     self.fired_call = kwargs
+                    if kind == "produce":  # a request of many batches: the partitions it carried
+                        self.fired_call = {**kwargs, "partitions": {b.partition for b in kwargs["batches"]}}
                     # psycopg prepares a statement on its 6th execution on a connection, with a
                     # round trip of its own (Parse/Sync) BEFORE the execution: that round trip
                     # would claim the fault instead of the request aimed at. Not for this call.
@@ -149,17 +152,31 @@ class Seam:
             try:
                 result = real(conn, **kwargs)
             except BaseException as exc:
-                with self.lock:
-                    self.calls[kind].append((kwargs, exc))
+                self._record(kind, kwargs, exc)
                 raise
             finally:
                 if dbapi is not None:
                     dbapi.prepare_threshold = saved_threshold
-            with self.lock:
-                self.calls[kind].append((kwargs, result))
+            self._record(kind, kwargs, result)
             return result
 
         return wrapper
+
+    def _record(self, kind: str, kwargs: dict[str, Any], result: Any) -> None:
+        """One entry per batch for a produce request (its answer, or the request's error), the
+        outcome for EndTxn, (results, outcome) for a commit."""
+        with self.lock:
+            if kind == "produce":
+                answers = result if isinstance(result, list) else [result] * len(kwargs["batches"])
+                for b, answer in zip(kwargs["batches"], answers, strict=True):
+                    one = {k: v for k, v in kwargs.items() if k != "batches"}
+                    self.calls[kind].append(({**one, "partition": b.partition}, answer))
+            elif kind == "end_txn" and isinstance(result, tuple):
+                self.calls[kind].append((kwargs, result[0]))
+            elif kind == "produce_offsets_end_txn" and isinstance(result, CommitResult):
+                self.calls[kind].append((kwargs, (result.results, result.outcome)))
+            else:
+                self.calls[kind].append((kwargs, result))
 
     def outcomes(self, kind: str, **match: Any) -> list[Any]:
         """What the calls of ``kind`` whose arguments include ``match`` returned or raised
@@ -404,11 +421,11 @@ def test_fault_at_each_commit_step_is_all_or_nothing(
             assert state_of(producer) is TxnState.READY
             # The batch that met the fault failed (earlier batches were acknowledged: their
             # futures keep their offsets, as in Kafka, though the transaction aborted).
-            faulted = seam.fired_call["partition"]
+            faulted = seam.fired_call["partitions"]
             assert all(
                 isinstance(f.exception(WAIT), errors.OncelogError)
                 for (p, _), f in zip(txn_values("T2"), futures, strict=True)
-                if p == faulted
+                if p in faulted
             )
             outcome = "aborted"
         else:
@@ -468,7 +485,7 @@ def test_fault_at_each_commit_step_is_all_or_nothing(
         elif outcome == "committed":
             # The batches went ahead, the faulted one retried; EndTxn then went alone.
             assert (end_txns, combined) == (["committed"], []), (end_txns, combined)
-            faulted = seam.fired_call["partition"]
+            faulted = min(seam.fired_call["partitions"])
             produced = seam.outcomes("produce", partition=faulted, txn_number=txn_number)[-2:]
             assert produced[0] == "DatabaseUnavailableError", produced
             # The retry after a lost reply is recognised as a duplicate (same offsets).
@@ -555,7 +572,7 @@ def test_commit_retried_after_the_transaction_timeout(
 
 def end_txn_backends(watcher: psycopg.Connection[tuple[Any, ...]], *, waiting: bool) -> list[int]:
     rows = watcher.execute(
-        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%%end_txn_v1%%' "
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%%end_txn_v2%%' "
         "AND pid <> pg_backend_pid() AND state = 'active'" + (" AND wait_event_type = 'Lock'" if waiting else "")
     ).fetchall()
     return [int(r[0]) for r in rows]

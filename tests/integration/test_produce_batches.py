@@ -147,8 +147,8 @@ def test_another_principals_producer_id_is_unknown_and_its_row_never_locked(
     libpq = client.url.replace("postgresql+psycopg", "postgresql")
     with psycopg.connect(libpq, options="-c search_path=oncelog") as attacker:
         attacker.execute(
-            "SELECT * FROM produce_batches_v1(%s, %s::smallint, NULL, NULL, '{t}', '{0}', '{0}', '{1}', "
-            "'{NULL}'::bytea[], '{x}'::bytea[], NULL, NULL)",
+            "SELECT * FROM produce_batches_v1(%s, %s::smallint, NULL, NULL, '{t,t}', '{0,1}', '{0,0}', '{1,1}', "
+            "'{NULL,NULL}'::bytea[], '{x,y}'::bytea[], NULL, NULL)",
             (victim.producer_id, victim.epoch),
         )
         with other.engine.connect() as conn:
@@ -212,17 +212,14 @@ def test_a_transactional_request_joins_the_transaction_and_is_fenced_whole(
         ).one()
     assert state == "Ongoing" and sorted(partitions) == ["t-1@0", "t-2@0"]
     # A newer instance fences this one: its next request fails whole (the transaction's check
-    # comes before any batch), nothing of it lands.
+    # comes before any batch), nothing of it lands; a request of one batch is answered with it.
     client.call(txn.init_producer_id, transactional_id="tx", transaction_timeout_ms=60_000)
+    late = [ProduceBatch(TOPIC, 3, 0, _records(1, "late")), ProduceBatch(TOPIC, 0, 0, _records(1, "late"))]
+    identity = {"producer_id": ident.producer_id, "producer_epoch": ident.epoch, "transactional_id": "tx"}
     with pytest.raises(errors.ProducerFencedError):
-        _produce(
-            client,
-            [ProduceBatch(TOPIC, 3, 0, _records(1, "late"))],
-            producer_id=ident.producer_id,
-            producer_epoch=ident.epoch,
-            transactional_id="tx",
-            txn_number=n,
-        )
+        _produce(client, late, **identity, txn_number=n)
+    (alone,) = _produce(client, late[:1], **identity, txn_number=n)
+    assert isinstance(alone, errors.ProducerFencedError)
     assert (TOPIC, 3) not in _values(engine)
 
 
