@@ -77,9 +77,45 @@ def _latency(p50: float, p99: float) -> dict[str, Any]:
 UNNEST_OVER_COPY = {100: 1.5, 1024: 0.8}
 
 
+#: At batch 1000, the tuned Producer's ratio to the store call (lowest 0.70: below the 0.8 target).
+PRODUCER_1000 = {(100, 1): 0.90, (100, 8): 0.70, (1024, 1): 0.85, (1024, 8): 0.95}
+#: Client CPU (us) and GC-tracked allocations per record, by kind.
+COST = {
+    "raw_copy": (2.0, 0.0),
+    "raw_unnest": (1.5, 0.0),
+    "store": (3.0, 0.01),
+    "producer": (9.0, 0.05),
+    "producer_defaults": (12.0, 0.2),
+}
+
+
+def _costed(records_per_s: float, kind: str, **extra: Any) -> dict[str, Any]:
+    cpu, allocs = COST[kind]
+    return _rate(
+        records_per_s,
+        mb_per_s=1.0,
+        client_cpu_us_per_record=cpu,
+        gc_allocations_per_record=allocs,
+        gc_collections=[3, 1, 0],
+        gc_seconds=0.012,
+        **extra,
+    )
+
+
+def _target(what: str, value: float, goal: float, op: str = ">=") -> dict[str, Any]:
+    return {
+        "what": what,
+        "target": goal,
+        "op": op,
+        "value": value,
+        "met": value >= goal if op == ">=" else value <= goal,
+    }
+
+
 def produce_result() -> dict[str, Any]:
-    """12 cases; at batch 1000 the ceiling is unnest (100 B: 1.5M records/s) or COPY (1 KiB: 1M), and the
-    store's ratios to it are 0.60, 0.55, 0.75, 0.80."""
+    """12 cases; at batch 1000 the ceiling is unnest (100 B: 1.5M records/s) or COPY (1 KiB: 1M), the store's
+    ratios to it are 0.60, 0.55, 0.75, 0.80, the Producer's to the store 0.90, 0.70, 0.85, 0.95, and
+    Producer(url) makes 0.75 of the tuned Producer."""
     store_1000 = {(100, 1): 0.60, (100, 8): 0.55, (1024, 1): 0.75, (1024, 8): 0.80}
     cases = []
     for size in (100, 1024):
@@ -90,32 +126,40 @@ def produce_result() -> dict[str, Any]:
                 ceiling = max(copy, unnest)
                 faster = "raw_unnest" if unnest > copy else "raw_copy"
                 r_store = store_1000[(size, parts)] if batch == 1000 else 0.5
+                r_producer = PRODUCER_1000[(size, parts)] if batch == 1000 else 0.5
                 label = f"{'1 KiB' if size == 1024 else f'{size} B'}, {parts} part, batch {batch}"
-                cases.append(
-                    {
-                        "key": f"{size}B/{parts}p/b{batch}",
-                        "label": label,
-                        "value_size": size,
-                        "partitions": parts,
-                        "batch": batch,
-                        "records": 1000,
-                        "raw_copy": _rate(copy, mb_per_s=1.0),
-                        "raw_unnest": _rate(unnest, mb_per_s=1.0),
-                        "ceiling": {
-                            "records_per_s": ceiling,
-                            "runs_records_per_s": [ceiling] * 3,
-                            "faster": faster,
-                            "runs_faster": [faster] * 3,
-                            "ratio_unnest_copy": UNNEST_OVER_COPY[size],
-                        },
-                        "store": _rate(ceiling * r_store, mb_per_s=1.0),
-                        "producer": _rate(ceiling * 0.25, mb_per_s=1.0, batches=10, records_per_batch_avg=100.0),
-                        "ratio_raw_copy": copy / ceiling,
-                        "ratio_raw_unnest": unnest / ceiling,
-                        "ratio_store": r_store,
-                        "ratio_producer": 0.25,
-                    }
-                )
+                store, producer = ceiling * r_store, ceiling * r_store * r_producer
+                case: dict[str, Any] = {
+                    "key": f"{size}B/{parts}p/b{batch}",
+                    "label": label,
+                    "value_size": size,
+                    "partitions": parts,
+                    "batch": batch,
+                    "records": 1000,
+                    "raw_copy": _costed(copy, "raw_copy"),
+                    "raw_unnest": _costed(unnest, "raw_unnest"),
+                    "ceiling": {
+                        "records_per_s": ceiling,
+                        "runs_records_per_s": [ceiling] * 3,
+                        "faster": faster,
+                        "runs_faster": [faster] * 3,
+                        "ratio_unnest_copy": UNNEST_OVER_COPY[size],
+                    },
+                    "store": _costed(store, "store"),
+                    "producer": _costed(producer, "producer", batches=10, records_per_batch_avg=100.0),
+                    "ratio_raw_copy": copy / ceiling,
+                    "ratio_raw_unnest": unnest / ceiling,
+                    "ratio_store": r_store,
+                    "ratio_producer": round(r_store * r_producer, 3),
+                    "ratio_producer_store": r_producer,
+                }
+                if batch == 1000:
+                    case["producer_defaults"] = _costed(producer * 0.75, "producer_defaults", batches=40)
+                    case["ratio_producer_defaults"] = round(r_store * r_producer * 0.75, 3)
+                    case["ratio_defaults_tuned"] = 0.75
+                    case["ratio_defaults_store"] = round(r_producer * 0.75, 3)
+                cases.append(case)
+    at_1000 = [c for c in cases if c["batch"] == 1000]
     return {
         **_common("produce", "2026-11-21T12:00:00+00:00"),
         "cases": cases,
@@ -125,18 +169,50 @@ def produce_result() -> dict[str, Any]:
             "raw": _latency(0.3, 1.2),
             "raw_copy": _latency(0.5, 1.5),
         },
-        "headline": {"target": 0.5, "cases": 4, "ratio_store_min": 0.55, "ratio_producer_min": 0.25},
+        "gc_threshold": [700, 10, 10],
+        "headline": {
+            "target": 0.8,
+            "cases": 4,
+            "ratio_store_min": 0.55,
+            "ratio_producer_min": min(c["ratio_producer"] for c in at_1000),
+            "targets": {
+                "store_vs_ceiling": _target("store call / raw ceiling", 0.55, 0.8),
+                "producer_vs_store": _target("Producer (tuned) / store call", 0.7, 0.8),
+                "defaults_vs_tuned": _target("Producer(url) defaults / tuned Producer", 0.75, 0.7),
+                "latency_p50": _target("Producer p50 / raw p50", 4.0, 2.0, "<="),
+            },
+        },
     }
 
 
+#: What bench/produce.py added to a case for #16 (the ceiling, the Producer against the store call, the defaults).
+NEW_CASE_FIELDS = (
+    "raw_unnest",
+    "ceiling",
+    "ratio_raw_copy",
+    "ratio_raw_unnest",
+    "ratio_producer_store",
+    "producer_defaults",
+    "ratio_producer_defaults",
+    "ratio_defaults_tuned",
+    "ratio_defaults_store",
+)
+
+
 def legacy_produce_result() -> dict[str, Any]:
-    """The shape bench/produce.py wrote before the unnest baseline: binary COPY alone, as "raw"."""
+    """The shape bench/produce.py wrote before #16: binary COPY alone as "raw", no Producer defaults, no client
+    cost, its one target 0.5 (store call against COPY)."""
     result = produce_result()
     for case in result["cases"]:
         case["raw"] = case.pop("raw_copy")
-        for key in ("raw_unnest", "ceiling", "ratio_raw_copy", "ratio_raw_unnest"):
-            del case[key]
+        for key in NEW_CASE_FIELDS:
+            case.pop(key, None)
+        for kind in ("raw", "store", "producer"):
+            for name in ("client_cpu_us_per_record", "gc_allocations_per_record", "gc_collections", "gc_seconds"):
+                del case[kind][name]
     del result["latency"]["raw_copy"]
+    del result["gc_threshold"]
+    result["headline"] = {"target": 0.5, "cases": 4, "ratio_store_min": 0.55, "ratio_producer_min": 0.25}
     return result
 
 
@@ -328,8 +404,26 @@ def test_the_report_names_every_figure_beside_its_baseline_and_ratio(full_report
     # produce: every case, with both raw baselines, the ceiling (the faster named) and both ratios
     for case in produce_result()["cases"]:
         assert f"| {case['label']} | " in md, case["label"]
-    assert "| 100 B, 8 part, batch 1000 | 825,000 | 375,000 | 1,000,000 | 1,500,000 | 1,500,000 (unnest) | 1.50 " in md
-    assert "| 1 KiB, 1 part, batch 1000 | 750,000 | 250,000 | 1,000,000 | 800,000 | 1,000,000 (COPY) | 0.80 " in md
+    assert (
+        "| 100 B, 8 part, batch 1000 | 825,000 | 577,500 | 1,000,000 | 1,500,000 | 1,500,000 (unnest) | 1.50 | 0.55 "
+        in md
+    )
+    assert (
+        "| 1 KiB, 1 part, batch 1000 | 750,000 | 637,500 | 1,000,000 | 800,000 | 1,000,000 (COPY) | 0.80 | 0.75 " in md
+    )
+    # the Producer beside the store call, and Producer(url) beside the tuned Producer
+    assert "| 100 B, 8 part, batch 1000 | 577,500 | 825,000 | 0.70 | 433,125 | 0.75 | 0.53 |" in md
+    assert "| 100 B, 8 part, batch 100 | 37,500 | 75,000 | 0.50 | | | |" in md
+    # the client cost of every kind, and what is counted
+    assert (
+        "| case | client CPU us/record: COPY / unnest / store call / Producer / Producer(url) "
+        "| GC-tracked allocations/record: COPY / unnest / store call / Producer / Producer(url) |" in md
+    )
+    assert (
+        "| 1 KiB, 8 part, batch 1000 | 2.0 / 1.5 / 3.0 / 9.0 / 12.0 | 0.00 / 0.00 / 0.01 / 0.05 / 0.20 | 3.0x |" in md
+    )
+    assert "| 1 KiB, 8 part, batch 1 | 2.0 / 1.5 / 3.0 / 9.0 / - | 0.00 / 0.00 / 0.01 / 0.05 / - | 3.0x |" in md
+    assert "times the gen0 threshold (700), divided by the records" in md
     assert "| raw binary COPY records/s | raw INSERT ... unnest records/s | ceiling records/s (the faster) |" in md
     assert "the ceiling of a run is the faster of the two in that run, and every ratio is against it" in md
     producer_latency = "| Producer (linger_ms=0): send + wait for the future | 100 | 1.20 | 3.60 | 7.20 "
@@ -406,7 +500,7 @@ def test_headline_rows_are_marked_against_the_issue_targets(full_report: tuple[P
     _, md = full_report
     rows = report.headlines(report.load_outcomes(full_report[0].parent / "results"))
     produce = headline_by_prefix(rows, "idempotent produce, 1000-record batches")
-    assert (produce.value, produce.target, produce.status) == (0.55, 0.5, "met")
+    assert (produce.value, produce.target, produce.status) == (0.55, 0.8, "not met")
     assert produce.ratio == "0.60, 0.55, 0.75, 0.80"
     assert produce.what.endswith("100B/1p, 100B/8p, 1KiB/1p, 1KiB/8p")
     assert produce.baseline == "ceiling 1.50M unnest, 1.50M unnest, 1.00M COPY, 1.00M COPY"
@@ -434,15 +528,51 @@ def test_headline_rows_are_marked_against_the_issue_targets(full_report: tuple[P
     )
     assert headline_by_prefix(rows, "Spark exactly-once pipeline").oncelog == "25.0k records/s"
     # In the markdown: the mark beside each target, and a summary sentence.
-    assert "| 0.60, 0.55, 0.75, 0.80 | >= 0.5 (lowest): **met** |" in md
+    assert "| 0.60, 0.55, 0.75, 0.80 | >= 0.8 (lowest): **not met** |" in md
     assert "| 0.81 / 0.85 | >= 0.9 (lowest): **not met** |" in md
     assert "| 0.16 | >= 0.7: **not met** |" in md
     assert "| 0.97 | >= 0.8: **met** |" in md
+    assert "Targets met: the Producer's defaults against the tuned Producer (0.75); Spark reads through the" in md
     assert (
-        "Targets met: idempotent produce (store call) at 1000-record batches (0.55); Spark reads through the "
-        "committed view" in md
+        "Not met: idempotent produce (store call) at 1000-record batches (0.55, target >= 0.8); the Producer against "
+        "the store call (0.70, target >= 0.8); single-record produce latency p50 (4.00, target <= 2x); "
+        "transactional throughput at 1000 records per transaction (0.81, target >= 0.9)" in md
     )
-    assert "Not met: transactional throughput at 1000 records per transaction (0.81, target 0.9)" in md
+
+
+def test_the_producer_rows_hold_the_issue_16_targets(full_report: tuple[Path, str]) -> None:
+    _, md = full_report
+    rows = report.headlines(report.load_outcomes(full_report[0].parent / "results"))
+    producer = headline_by_prefix(rows, "Producer (tuned: full 1000-record batches) vs the store call")
+    assert (producer.value, producer.target, producer.status) == (0.7, 0.8, "not met")
+    assert (producer.oncelog, producer.baseline) == (
+        "810k, 578k, 638k, 760k records/s",
+        "store call 900k, 825k, 750k, 800k",
+    )
+    assert producer.ratio == "0.90, 0.70, 0.85, 0.95"
+    defaults = headline_by_prefix(rows, "Producer(url), nothing set, vs the tuned Producer")
+    assert (defaults.value, defaults.target, defaults.status) == (0.75, 0.7, "met")
+    assert defaults.ratio == "0.75, 0.75, 0.75, 0.75 (of the store call: 0.68, 0.53, 0.64, 0.71)"
+    cost = headline_by_prefix(rows, "Producer client CPU / GC-tracked allocations per record")
+    assert (cost.oncelog, cost.baseline, cost.ratio, cost.status) == (
+        "9.0 us / 0.05",
+        "store call 3.0 us / 0.01",
+        "CPU 3.0x",
+        "",
+    )
+    latency = headline_by_prefix(rows, "single-record produce latency")
+    assert (latency.value, latency.target, latency.at_most, latency.status) == (4.0, 2.0, True, "not met")
+    assert "| 4.0x / 3.0x | <= 2x: **not met** |" in md
+    assert "| 0.90, 0.70, 0.85, 0.95 | >= 0.8 (lowest): **not met** |" in md
+    assert "| 0.75, 0.75, 0.75, 0.75 (of the store call: 0.68, 0.53, 0.64, 0.71) | >= 0.7 (lowest): **met** |" in md
+
+
+def test_a_latency_target_is_a_ceiling() -> None:
+    assert report.verdict(2.0, 2.0, at_most=True) == "met"
+    assert report.verdict(1.5, 2.0, at_most=True) == "met"
+    assert report.verdict(2.01, 2.0, at_most=True) == "not met"
+    row = Headline("latency", target=2.0, value=3.0, at_most=True)
+    assert (row.status, row.target_cell()) == ("not met", "<= 2x: **not met**")
 
 
 def test_a_ratio_at_the_target_is_met(tmp_path: Path) -> None:
@@ -491,7 +621,13 @@ def test_results_from_before_the_unnest_baseline_still_render(tmp_path: Path) ->
     ceiling = headline_by_prefix(rows, "raw write ceiling, 1000-record batches")
     assert ceiling.status == "not measured"
     assert "INSERT ... unnest not measured (results from before it): the ceiling is binary COPY" in md
-    assert "| 100 B, 8 part, batch 1000 | 825,000 | 375,000 | 1,000,000 | 0.55 | 0.25 |" in md
+    assert "| 100 B, 8 part, batch 1000 | 825,000 | 577,500 | 1,000,000 | 0.55 | 0.39 |" in md
+    # The Producer as it was reported then (against the ceiling, no target); no defaults, no client cost.
+    assert headline_by_prefix(rows, "same through the Producer API").status == ""
+    for absent in ("vs the store call", "nothing set", "client CPU"):
+        assert not [r for r in rows if absent in r.what], absent
+    assert "Client cost per record" not in md
+    assert "The Producer against the store call" not in md
     assert "these results predate the INSERT ... unnest baseline: the ceiling is COPY" in md
     assert "Could not render" not in md
     assert (tmp_path / "out" / "produce_throughput.png").exists()
@@ -520,7 +656,7 @@ def test_failed_skipped_and_missing_benchmarks_are_reported_not_fatal(tmp_path: 
     assert "_Transactional throughput: not measured; the transactions benchmark failed" in md
     assert "_Spark reads: not measured; the spark benchmark was skipped" in md
     # The produce figures are all there; the others' headline rows say why they are not.
-    assert "| 0.60, 0.55, 0.75, 0.80 | >= 0.5 (lowest): **met** |" in md
+    assert "| 0.60, 0.55, 0.75, 0.80 | >= 0.8 (lowest): **not met** |" in md
     rows = report.headlines(outcomes)
     assert [r.status for r in rows if r.missing] == ["not measured"] * 3
     assert "Not measured: transactions of 1000 records" in md
