@@ -732,7 +732,7 @@ def measure_case(bench: Bench, cfg: Config, data: Data, repeat: int) -> dict[str
     return case
 
 
-def target(
+def target_record(
     what: str, value: float, goal: float, cases: dict[str, float] | None = None, *, at_most: bool = False
 ) -> dict[str, Any]:
     """One of the issue's targets as the JSON records it: ``value`` (the lowest of ``cases``) held to at least
@@ -757,15 +757,25 @@ def targets(cases: Sequence[dict[str, Any]], latency: dict[str, dict[str, float]
     ):
         by_case = {c["key"]: c[field_] for c in cases if field_ in c}
         if by_case:
-            out[key] = target(what, min(by_case.values()), goal, by_case)
+            out[key] = target_record(what, min(by_case.values()), goal, by_case)
     base = min(latency[k]["p50_ms"] for k in RAW_LATENCY)
-    out["latency_p50"] = target(
+    out["latency_p50"] = target_record(
         "Producer single-record p50 / raw single-row write p50 (the faster)",
         round(latency["producer"]["p50_ms"] / base, 3),
         LATENCY_TARGET,
         at_most=True,
     )
     return out
+
+
+def target_lines(targets: dict[str, dict[str, Any]]) -> list[str]:
+    """The targets as the benchmarks print them: one line each, with the value, the target and the verdict."""
+    lines = []
+    for t in targets.values():
+        cases = f" [{', '.join(f'{k} {v:.2f}' for k, v in t['cases'].items())}]" if "cases" in t else ""
+        verdict = "met" if t["met"] else "not met"
+        lines.append(f"- {t['what']}: {t['value']:.2f} (target {t['op']} {t['target']:g}: {verdict}){cases}")
+    return lines
 
 
 def run(quick: bool, repeat: int, only: Sequence[str] = ()) -> dict[str, Any]:
@@ -919,12 +929,7 @@ def render(result: dict[str, Any]) -> str:
     lines.append("")
     if h:
         lines.append(f"Targets at {DEFAULTS_BATCH}-record batches (the lowest of the {h['cases']} cases):")
-        for t in h["targets"].values():
-            cases = f" [{', '.join(f'{k} {v:.2f}' for k, v in t['cases'].items())}]" if "cases" in t else ""
-            lines.append(
-                f"- {t['what']}: {t['value']:.2f} (target {t['op']} {t['target']:g}: "
-                f"{'met' if t['met'] else 'not met'}){cases}"
-            )
+        lines += target_lines(h["targets"])
     lines.append(f"(run took {result['seconds']} s)")
     return "\n".join(lines) + "\n"
 

@@ -216,12 +216,14 @@ def legacy_produce_result() -> dict[str, Any]:
     return result
 
 
-def transactions_result(txn1000_ratios: tuple[float, float] = (0.81, 0.85)) -> dict[str, Any]:
-    """Transactions of 1000 records at the given ratios (1 and 4 partitions); fetch_many 0.16, Consumer 0.12."""
+def transactions_result(txn1000_ratios: tuple[float, float] = (0.81, 0.85), txn100_4p: float = 0.85) -> dict[str, Any]:
+    """Transactions of 1000 records at the given ratios (1 and 4 partitions), of 100 records on 4 partitions at
+    ``txn100_4p``; committing 10 records on 4 partitions 4 ms against the 10-row INSERT's 7 (the COPY's 8);
+    fetch_many 0.16, Consumer 0.12."""
     throughput = []
     for parts, r1000 in zip((1, 4), txn1000_ratios, strict=True):
         for size in (1, 10, 100, 1000):
-            r = r1000 if size == 1000 else size / 2000
+            r = r1000 if size == 1000 else txn100_4p if (parts, size) == (4, 100) else size / 2000
             throughput.append(
                 {
                     "key": f"{parts}p/txn{size}",
@@ -242,6 +244,8 @@ def transactions_result(txn1000_ratios: tuple[float, float] = (0.81, 0.85)) -> d
             )
     names = ("empty", "ten_1p", "ten_4p", "ten_flushed", "raw_one", "raw_ten")
     commit = {name: _latency(2.0 + i, 10.0 + i) for i, name in enumerate(names)}
+    # The raw binary COPYs beside the INSERTs: faster for a single row, slower for 10.
+    commit |= {"raw_one_copy": _latency(1.0, 20.0), "raw_ten_copy": _latency(8.0, 9.0)}
     readers = {
         "raw": {**_rate(500000.0), "ratio": 1.0},
         "raw_text": {**_rate(300000.0), "ratio": 0.6},
@@ -271,8 +275,22 @@ def transactions_result(txn1000_ratios: tuple[float, float] = (0.81, 0.85)) -> d
             "read_target": 0.7,
             "read_committed_fetch_many_ratio": 0.16,
             "read_committed_consumer_ratio": 0.12,
+            "targets": {
+                "txn100_4p": _target("transactions of 100 records on 4 partitions", txn100_4p, 0.8),
+                "commit_ten_4p": _target("commit p50 / raw 10-row p50", 4.0 / 7.0, 2.0, "<="),
+                "consumer_rc": _target("Consumer.poll read_committed / raw SELECT", 0.12, 0.8),
+            },
         },
     }
+
+
+def legacy_transactions_result() -> dict[str, Any]:
+    """The shape bench/transactions.py wrote before #16: raw INSERTs alone, no targets list."""
+    result = transactions_result()
+    for key in ("raw_one_copy", "raw_ten_copy"):
+        del result["commit_latency"][key]
+    del result["headline"]["targets"]
+    return result
 
 
 def pipeline_result() -> dict[str, Any]:
@@ -437,7 +455,18 @@ def test_the_report_names_every_figure_beside_its_baseline_and_ratio(full_report
     assert "| 32,400 | 40,000 | 0.81 | 30,000 | 1.08 | 4.50 |" in md
     for title, _ in report.COMMIT_CASES.values():
         assert f"| {title} |" in md, title
-    assert "| single-row INSERT | 6.00 / 14.0 |" in md  # raw_one is the 5th case: 2 + 4 ms, 10 + 4 ms
+    # An EndTxn alone against the faster single-row write (the COPY), a commit of 10 records against the
+    # faster 10-row write (the INSERT); every raw write listed too.
+    assert (
+        "| commit_transaction, empty transaction (EndTxn only) | 100 | "
+        "2.00 | 10.0 | 20.0 | single-row binary COPY | 1.00 / 20.0 | 2.0x | 0.5x |" in md
+    )
+    assert (
+        "| commit_transaction, 10 records lingering, 4 partitions | 100 | "
+        "4.00 | 12.0 | 24.0 | 10-row INSERT ... unnest | 7.00 / 15.0 | 0.6x | 0.8x |" in md
+    )
+    for raw in ("single-row INSERT", "single-row binary COPY", "10-row INSERT ... unnest", "10-row binary COPY"):
+        assert f"| raw: {raw} | 100 | " in md, raw
     # reads and Spark, each beside its raw baseline
     for title in report.READ_TITLES.values():
         assert f"| {title} |" in md, title
@@ -532,12 +561,53 @@ def test_headline_rows_are_marked_against_the_issue_targets(full_report: tuple[P
     assert "| 0.81 / 0.85 | >= 0.9 (lowest): **not met** |" in md
     assert "| 0.16 | >= 0.7: **not met** |" in md
     assert "| 0.97 | >= 0.8: **met** |" in md
-    assert "Targets met: the Producer's defaults against the tuned Producer (0.75); Spark reads through the" in md
+    assert (
+        "Targets met: the Producer's defaults against the tuned Producer (0.75); transactions of 100 records on 4 "
+        "partitions (0.85); commit latency p50 of 10 records on 4 partitions (0.6x); Spark reads through the "
+        "committed view (0.97)." in md
+    )
     assert (
         "Not met: idempotent produce (store call) at 1000-record batches (0.55, target >= 0.8); the Producer against "
-        "the store call (0.70, target >= 0.8); single-record produce latency p50 (4.00, target <= 2x); "
-        "transactional throughput at 1000 records per transaction (0.81, target >= 0.9)" in md
+        "the store call (0.70, target >= 0.8); single-record produce latency p50 (4.0x, target <= 2x); "
+        "transactional throughput at 1000 records per transaction (0.81, target >= 0.9); read_committed reads "
+        "through store.log.fetch_many (0.16, target >= 0.7); read_committed reads through Consumer.poll (0.12, "
+        "target >= 0.8)." in md
     )
+
+
+def test_the_transaction_rows_hold_the_issue_16_targets(full_report: tuple[Path, str]) -> None:
+    _, md = full_report
+    rows = report.headlines(report.load_outcomes(full_report[0].parent / "results"))
+    txn100 = headline_by_prefix(rows, "transactions of 100 records on 4 partitions")
+    assert (txn100.oncelog, txn100.baseline, txn100.ratio) == ("34.0k records/s", "idempotent 40.0k", "0.85")
+    assert (txn100.value, txn100.target, txn100.status) == (0.85, 0.8, "met")
+    commit = headline_by_prefix(rows, "commit latency p50 / p99, a 10-record transaction on 4 partitions")
+    assert (commit.oncelog, commit.baseline, commit.ratio) == (
+        "4.00 / 12.0 ms",
+        "7.00 / 15.0 ms (10-row INSERT ... unnest)",
+        "0.6x / 0.8x",
+    )
+    assert (commit.value, commit.target, commit.at_most, commit.status) == (0.57, 2.0, True, "met")
+    consumer = headline_by_prefix(rows, "read_committed reads (Consumer.poll)")
+    assert (consumer.value, consumer.target, consumer.status) == (0.12, 0.8, "not met")
+    assert "| 0.85 | >= 0.8: **met** |" in md
+    assert "| 0.6x / 0.8x | <= 2x: **met** |" in md
+    assert "| 0.12 | >= 0.8: **not met** |" in md
+
+
+def test_transactions_results_from_before_issue_16_still_render(tmp_path: Path) -> None:
+    """Without the raw COPYs and the targets list: the INSERTs are the baselines, the targets the issue's."""
+    results = {**full_results(), "transactions": legacy_transactions_result()}
+    outcomes, path = report.build(write_results(tmp_path / "results", results), tmp_path / "out")
+    md = path.read_text()
+    rows = report.headlines(outcomes)
+    commit = headline_by_prefix(rows, "commit latency p50 / p99, a 10-record transaction on 4 partitions")
+    assert (commit.baseline, commit.status) == ("7.00 / 15.0 ms (10-row INSERT ... unnest)", "met")
+    assert headline_by_prefix(rows, "transactions of 100 records on 4 partitions").target == 0.8
+    assert "| commit_transaction, empty transaction (EndTxn only) | 100 | 2.00 | 10.0 | 20.0 | single-row INSERT " in md
+    assert "| raw: single-row binary COPY |" not in md
+    assert "Could not render" not in md
+    assert (tmp_path / "out" / "latency.png").exists()
 
 
 def test_the_producer_rows_hold_the_issue_16_targets(full_report: tuple[Path, str]) -> None:
