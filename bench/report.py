@@ -54,6 +54,7 @@ COMMIT_TARGET = 2.0  # commit p50 of 10 records on 4 partitions, at most this ma
 READ_TARGET = 0.7  # store.log.fetch_many read_committed against a raw binary SELECT
 CONSUMER_TARGET = 0.8  # Consumer.poll read_committed against a raw binary SELECT (#16; 0.7 before)
 SPARK_TARGET = 0.8
+WRITE_BACK_TARGET = 0.5  # Spark's write-back against a raw JVM JDBC write of the same rows (#16)
 
 ORACLE = "raw PostgreSQL baseline (same run)"
 
@@ -589,6 +590,29 @@ def spark_headlines(res: dict[str, Any]) -> list[Headline]:
             f"{compact(res['pipeline_records_per_s'])} records/s",
             name="the Spark pipeline",
         ),
+        *write_back_headlines(res),
+    ]
+
+
+def write_back_headlines(res: dict[str, Any]) -> list[Headline]:
+    """The Spark write-back against a raw JVM JDBC write of the same rows, when the results hold it (#16)."""
+    wb = res.get("write_back")
+    if wb is None:
+        return []  # results from before the write-back was measured
+    target = float(wb.get("target", WRITE_BACK_TARGET))
+    if "error" in wb:
+        what = "Spark write-back vs raw JVM JDBC write"
+        return [Headline(what, target=target, missing=_clip(f"failed: {wb['error']}", 160), name=what)]
+    return [
+        Headline(
+            f"Spark write-back vs raw JVM JDBC write, {compact(wb['records'])} records",
+            f"{compact(wb['oncelog_rows_per_s'])} rows/s",
+            f"{compact(wb['raw_jdbc_rows_per_s'])} rows/s (JDBC)",
+            ratio(wb["ratio"]),
+            target,
+            wb["ratio"],
+            name="Spark write-back against a raw JDBC write",
+        )
     ]
 
 
@@ -607,7 +631,8 @@ HEADLINE_PLACEHOLDERS = {
     f"(>= {TXN100_TARGET:g}), commit latency (<= {COMMIT_TARGET:g}x), read_committed reads (store.log.fetch_many "
     f">= {READ_TARGET:g}, Consumer.poll >= {CONSUMER_TARGET:g})",
     "pipeline": "consume-transform-produce rates and latency",
-    "spark": f"Spark: committed view vs raw JDBC (target >= {SPARK_TARGET:g}), Spark pipeline",
+    "spark": f"Spark: committed view vs raw JDBC (target >= {SPARK_TARGET:g}), Spark pipeline, Spark write-back "
+    f"vs raw JDBC (>= {WRITE_BACK_TARGET:g})",
 }
 
 
@@ -1105,6 +1130,43 @@ def pipeline_rates_section(res: dict[str, Any]) -> list[str]:
     return lines
 
 
+def write_back_section(res: dict[str, Any]) -> list[str]:
+    """The Spark write-back beside the raw JDBC write, and where its time went."""
+    wb = res.get("write_back")
+    if wb is None:
+        return ["_Spark write-back: not in these results (measured since #16)._", ""]
+    target = float(wb.get("target", WRITE_BACK_TARGET))
+    if "error" in wb:
+        return [f"_Spark write-back: failed: {_clip(str(wb['error']), 300)}._", ""]
+    lines = [
+        f"Spark write-back of {wb['records']:,} records against a raw JVM JDBC write of the same rows (same run):",
+        "",
+        "| write | rows/s | raw JDBC rows/s (baseline) | ratio | target |",
+        "|---|---:|---:|---:|---|",
+        f"| raw JVM JDBC write (the baseline) | {wb['raw_jdbc_rows_per_s']:,.0f} | | 1.00 | |",
+        f"| oncelog write-back | {wb['oncelog_rows_per_s']:,.0f} | {wb['raw_jdbc_rows_per_s']:,.0f} "
+        f"| {ratio(wb['ratio'])} | >= {target:g}: **{verdict(wb['ratio'], target)}** |",
+        "",
+    ]
+    phases = _dict(wb.get("phases_s"))
+    if phases:
+        total = sum(float(v) for v in phases.values())
+        lines += [
+            "Where the write-back's time went:",
+            "",
+            "| phase | seconds | share |",
+            "|---|---:|---:|",
+            *(
+                f"| {_clip(str(name), 80)} | {float(sec):.2f} | {float(sec) / total:.0%} |"
+                if total > 0
+                else f"| {_clip(str(name), 80)} | {float(sec):.2f} | |"
+                for name, sec in phases.items()
+            ),
+            "",
+        ]
+    return lines
+
+
 def spark_pipeline_section(res: dict[str, Any]) -> list[str]:
     return [
         f"Spark exactly-once pipeline (read committed input over JDBC, transform, write the output with the input "
@@ -1366,6 +1428,17 @@ def plot_pipeline(outcomes: dict[str, Outcome], path: Path) -> bool:
         rates.append(("Spark exactly-once pipeline", spark.result["pipeline_records_per_s"], False))
     if rates:
         panels.append(("exactly-once pipelines, records/s", rates))
+    write_back = _dict(spark.result.get("write_back")) if spark.ok and spark.result else {}
+    if write_back and "error" not in write_back:
+        panels.append(
+            (
+                "Spark write-back, rows/s (grey: raw JVM JDBC write)",
+                [
+                    ("raw JDBC write", write_back["raw_jdbc_rows_per_s"], True),
+                    ("oncelog write-back", write_back["oncelog_rows_per_s"], False),
+                ],
+            )
+        )
     if pipe.ok and pipe.result and pipe.result.get("notify_throughput"):
         panels.append(
             (
@@ -1496,9 +1569,13 @@ def render(outcomes: dict[str, Outcome], drawn: dict[str, str], plot_notes: Sequ
         ),
         (
             "Pipeline rates",
-            [(pipe, "pipeline rates", pipeline_rates_section), (spark, "the Spark pipeline", spark_pipeline_section)],
+            [
+                (pipe, "pipeline rates", pipeline_rates_section),
+                (spark, "the Spark pipeline", spark_pipeline_section),
+                (spark, "the Spark write-back", write_back_section),
+            ],
             "pipeline_rates.png",
-            "pipeline rates and the cost of NOTIFY",
+            "pipeline rates, the Spark write-back and the cost of NOTIFY",
         ),
     ]
     for title, parts, image, alt in sections:

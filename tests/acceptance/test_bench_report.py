@@ -344,10 +344,25 @@ def pipeline_result() -> dict[str, Any]:
     }
 
 
-def spark_result(view_ratio: float = 0.97) -> dict[str, Any]:
-    """The shape bench/spark.py writes: its own keys, "server" the target, PostgreSQL under "postgres"."""
-    common = _common("spark", "2026-11-21T12:30:00+00:00")
+def write_back(ratio: float = 0.55) -> dict[str, Any]:
+    """The Spark write-back against a raw JVM JDBC write: 200k rows/s of JDBC, oncelog at ``ratio`` of it."""
     return {
+        "records": 400000,
+        "oncelog_rows_per_s": 200000.0 * ratio,
+        "raw_jdbc_rows_per_s": 200000.0,
+        "ratio": ratio,
+        "target": 0.5,
+        "phases_s": {"read input": 1.0, "python workers": 2.0, "append": 0.5, "commit": 0.5},
+    }
+
+
+def spark_result(view_ratio: float = 0.97, write_back_ratio: float | None = 0.55) -> dict[str, Any]:
+    """The shape bench/spark.py writes: its own keys, "server" the target, PostgreSQL under "postgres"; the
+    write-back (#16) unless ``write_back_ratio`` is None (results from before it)."""
+    common = _common("spark", "2026-11-21T12:30:00+00:00")
+    extra = {} if write_back_ratio is None else {"write_back": write_back(write_back_ratio)}
+    return {
+        **extra,
         "records": 400000,
         "partitions": 4,
         "tasks": 4,
@@ -490,6 +505,57 @@ def test_the_report_names_every_figure_beside_its_baseline_and_ratio(full_report
         assert absent not in md, absent
 
 
+def test_the_spark_write_back_is_a_headline_row_and_a_section(full_report: tuple[Path, str]) -> None:
+    _, md = full_report
+    rows = report.headlines(report.load_outcomes(full_report[0].parent / "results"))
+    row = headline_by_prefix(rows, "Spark write-back vs raw JVM JDBC write")
+    assert (row.what, row.oncelog, row.baseline, row.ratio) == (
+        "Spark write-back vs raw JVM JDBC write, 400k records",
+        "110k rows/s",
+        "200k rows/s (JDBC)",
+        "0.55",
+    )
+    assert (row.value, row.target, row.status) == (0.55, 0.5, "met")
+    assert "| 0.55 | >= 0.5: **met** |" in md
+    assert "| oncelog write-back | 110,000 | 200,000 | 0.55 | >= 0.5: **met** |" in md
+    assert "| raw JVM JDBC write (the baseline) | 200,000 | | 1.00 | |" in md
+    # Every phase, with its share of the write-back's time.
+    for phase in ("| read input | 1.00 | 25% |", "| python workers | 2.00 | 50% |", "| commit | 0.50 | 12% |"):
+        assert phase in md, phase
+
+
+@pytest.mark.parametrize(
+    ("write_back_field", "shown"),
+    [
+        (None, "_Spark write-back: not in these results (measured since #16)._"),
+        ({"error": "the JVM ran out of memory", "target": 0.5}, "_Spark write-back: failed: the JVM ran out of"),
+        ({**write_back(0.4), "phases_s": {}}, "| oncelog write-back | 80,000 | 200,000 | 0.40 | >= 0.5: **not met** |"),
+    ],
+)
+def test_a_spark_result_without_a_usable_write_back_still_renders(
+    tmp_path: Path, write_back_field: dict[str, Any] | None, shown: str
+) -> None:
+    results = full_results()
+    if write_back_field is None:
+        del results["spark"]["write_back"]
+    else:
+        results["spark"]["write_back"] = write_back_field
+    outcomes, path = report.build(write_results(tmp_path / "results", results), tmp_path / "out")
+    md = path.read_text()
+    assert shown in md
+    assert "Could not render" not in md
+    assert "unexpected spark.json" not in md
+    assert (tmp_path / "out" / "pipeline_rates.png").exists()
+    rows = [r for r in report.headlines(outcomes) if r.what.startswith("Spark write-back")]
+    if write_back_field is None:
+        assert rows == []  # older results: no row, nothing claimed
+    elif "error" in write_back_field:
+        assert [r.status for r in rows] == ["not measured"]
+    else:
+        assert [(r.value, r.status) for r in rows] == [(0.4, "not met")]
+        assert "Where the write-back's time went" not in md
+
+
 def test_the_plots_exist_are_valid_pngs_and_are_referenced(full_report: tuple[Path, str]) -> None:
     out, md = full_report
     for name in PLOTS:
@@ -564,7 +630,7 @@ def test_headline_rows_are_marked_against_the_issue_targets(full_report: tuple[P
     assert (
         "Targets met: the Producer's defaults against the tuned Producer (0.75); transactions of 100 records on 4 "
         "partitions (0.85); commit latency p50 of 10 records on 4 partitions (0.6x); Spark reads through the "
-        "committed view (0.97)." in md
+        "committed view (0.97); Spark write-back against a raw JDBC write (0.55)." in md
     )
     assert (
         "Not met: idempotent produce (store call) at 1000-record batches (0.55, target >= 0.8); the Producer against "
