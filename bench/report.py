@@ -1226,6 +1226,13 @@ def plot_produce(outcomes: dict[str, Outcome], path: Path) -> bool:
     res = _result(outcomes, "produce")
     if res is None:
         return False
+    _save(produce_figure(res), path)
+    return True
+
+
+def produce_figure(res: dict[str, Any]) -> Figure:
+    """Produce throughput against batch size, a panel per value size and partition count: both raw writes,
+    the store call, the Producer and Producer(url)."""
     groups: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for c in res["cases"]:
         groups.setdefault((c["value_size"], c["partitions"]), []).append(c)
@@ -1254,8 +1261,7 @@ def plot_produce(outcomes: dict[str, Outcome], path: Path) -> bool:
         "Idempotent produce: throughput against batch size (grey: the raw writes; "
         "labels: ratio store / the faster raw write)"
     )
-    _save(fig, path)
-    return True
+    return fig
 
 
 def plot_transactions(outcomes: dict[str, Outcome], path: Path) -> bool:
@@ -1414,8 +1420,12 @@ def plot_reads(outcomes: dict[str, Outcome], path: Path) -> bool:
     return True
 
 
-def plot_pipeline(outcomes: dict[str, Outcome], path: Path) -> bool:
-    panels: list[tuple[str, list[tuple[str, float, bool]]]] = []
+RatePanel = tuple[str, list[tuple[str, float, bool]]]
+
+
+def _pipeline_panels(outcomes: dict[str, Outcome]) -> list[RatePanel]:
+    """(title, [(label, rate, is_baseline)]) for every pipeline rate the results hold."""
+    panels: list[RatePanel] = []
     pipe, spark = outcomes["pipeline"], outcomes["spark"]
     rates: list[tuple[str, float, bool]] = []
     if pipe.ok and pipe.result:
@@ -1453,6 +1463,11 @@ def plot_pipeline(outcomes: dict[str, Outcome], path: Path) -> bool:
                 ],
             )
         )
+    return panels
+
+
+def plot_pipeline(outcomes: dict[str, Outcome], path: Path) -> bool:
+    panels = _pipeline_panels(outcomes)
     if not panels:
         return False
     fig, axes = _figure(len(panels), cols=1, width=8.5, height=3.2)
