@@ -1617,7 +1617,9 @@ def readme_block(outcomes: dict[str, Outcome], report_link: str) -> str:
             headline_summary(rows),
             "",
             "Each ratio pairs oncelog with its baseline measured back to back in the same run (the machine's load "
-            f"drifts). Every figure beside its baseline, with plots and the machine: [{report_link}]({report_link}); "
+            "drifts); the raw write ceiling is the faster, in each run, of binary COPY and INSERT ... SELECT FROM "
+            "unnest of binary arrays, the same rows in a plain table. Every figure beside its baseline, with plots "
+            f"and the machine: [{report_link}]({report_link}); "
             "`bench/run` runs every benchmark on one server and rewrites both.",
         ]
     )

@@ -974,6 +974,12 @@ def test_update_readme_writes_the_headline_once(tmp_path: Path) -> None:
     assert "PostgreSQL 15.18, fsync=on, synchronous_commit=on; 2026-11-21, commit abc1234)" in block
     assert "| 0.81 / 0.85 | >= 0.9 (lowest): **not met** |" in block
     assert "[docs/bench/report.md](docs/bench/report.md)" in block
+    # The new ceiling, the faster named, and the #16 targets reach the README too.
+    assert "the faster: unnest, unnest, COPY, COPY" in block
+    assert "the raw write ceiling is the faster, in each run, of binary COPY and INSERT ... SELECT FROM unnest" in block
+    assert "| 0.90, 0.70, 0.85, 0.95 | >= 0.8 (lowest): **not met** |" in block
+    assert "| 0.6x / 0.8x | <= 2x: **met** |" in block
+    assert "| 0.55 | >= 0.5: **met** |" in block  # the Spark write-back
     assert "| x | 1 |" not in block
     # A second run over the same results changes nothing.
     assert not report.update_readme(readme, block)
