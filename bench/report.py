@@ -288,8 +288,8 @@ class Headline:
         return f"{self.goal()}{' (lowest)' if self.several else ''}: **{status}**"
 
 
-#: The raw writes of the produce ceiling, by their JSON key (older results hold binary COPY alone, as "raw").
-RAW_WRITES = {"raw_copy": "binary COPY", "raw_unnest": "INSERT ... unnest"}
+#: The raw writes of the produce ceiling, by their JSON key, as the tables name them (older results hold
+#: binary COPY alone, as "raw").
 RAW_SHORT = {"raw_copy": "COPY", "raw_unnest": "unnest"}
 
 

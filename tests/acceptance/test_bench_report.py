@@ -823,6 +823,23 @@ def test_results_from_before_the_unnest_baseline_still_render(tmp_path: Path) ->
     assert (tmp_path / "out" / "produce_throughput.png").exists()
 
 
+def test_a_produce_run_of_some_cases_only_still_renders(tmp_path: Path) -> None:
+    """``bench.produce --only b1``: no 1000-record case, so no defaults, no targets and a null headline."""
+    produce = produce_result()
+    produce["cases"] = [c for c in produce["cases"] if c["batch"] == 1]
+    produce["headline"] = None
+    outcomes, path = report.build(
+        write_results(tmp_path / "results", {**full_results(), "produce": produce}), tmp_path / "out"
+    )
+    md = path.read_text()
+    row = headline_by_prefix(report.headlines(outcomes), "idempotent produce, 1000-record batches")
+    assert (row.status, row.missing) == ("not measured", "no 1000-record case in the results")
+    assert "| 100 B, 1 part, batch 1 | 1,125 | 2,250 | 0.50 | | | |" in md
+    assert "| 1 KiB, 8 part, batch 1 | 2.0 / 1.5 / 3.0 / 9.0 | 0.00 / 0.00 / 0.01 / 0.05 | 3.0x |" in md
+    assert "Could not render" not in md
+    assert (tmp_path / "out" / "produce_throughput.png").exists()
+
+
 # --- benchmarks that failed, were skipped, or left odd results --------------------------------
 
 
