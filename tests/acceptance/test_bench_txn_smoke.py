@@ -24,7 +24,7 @@ ROOT = REPO
 
 TXN_SIZES = (1, 10, 100, 1000)
 TXN_PARTITIONS = (1, 4)
-LATENCY_CASES = ("empty", "ten_1p", "ten_4p", "ten_flushed", "raw_one", "raw_ten")
+LATENCY_CASES = ("empty", "ten_1p", "ten_4p", "ten_flushed", "raw_one", "raw_one_copy", "raw_ten", "raw_ten_copy")
 READERS = ("raw", "raw_text", "fetch_v3", "fetch_rc", "fetch_ru", "consumer_rc", "consumer_ru")
 WAKERS = ("200", "200-polling", "5-polling")
 NOTIFY_MODES = ("plain", "notify", "notify_listened")
@@ -90,6 +90,15 @@ def test_transactions_markdown_has_every_table(txn_run: tuple[str, dict[str, Any
     assert "transactions of 1000 records: ratio " in stdout
     assert "(target >= 0.9)" in stdout
     assert "(target >= 0.7)" in stdout
+    # The #16 targets, each with its verdict.
+    for what in (
+        "transactions of 100 records on 4 partitions / idempotent producer",
+        "commit_transaction p50, 10 records on 4 partitions / raw 10-row write p50",
+        "Consumer.poll read_committed / raw binary SELECT",
+    ):
+        assert re.search(rf"^- {re.escape(what)}.*: \d+\.\d\d \(target [<>]= [\d.]+: (met|not met)\)$", stdout, re.M), (
+            what
+        )
 
 
 def test_transactions_json_has_positive_numbers(txn_run: tuple[str, dict[str, Any]]) -> None:
@@ -124,6 +133,13 @@ def test_transactions_json_has_positive_numbers(txn_run: tuple[str, dict[str, An
 
     headline = result["headline"]
     assert headline["txn1000_ratio_min"] > 0
+    targets = headline["targets"]
+    assert set(targets) == {"txn100_4p", "commit_ten_4p", "consumer_rc"}
+    assert targets["txn100_4p"]["value"] == cases["4p/txn100"]["ratio"]
+    assert (targets["commit_ten_4p"]["op"], targets["commit_ten_4p"]["target"]) == ("<=", 2.0)
+    assert targets["consumer_rc"]["value"] == reads["readers"]["consumer_rc"]["ratio"]
+    for name, t in targets.items():
+        assert t["met"] == (t["value"] <= t["target"] if t["op"] == "<=" else t["value"] >= t["target"]), name
     assert headline["read_committed_fetch_many_ratio"] > 0
     assert headline["read_committed_consumer_ratio"] > 0
 
