@@ -736,8 +736,8 @@ def run(quick: bool, repeat: int) -> dict[str, Any]:
         samples, max_gap = QUICK_WAKE if quick else FULL_WAKE
         wake = wakeup_latency(bench, samples, max_gap)
         wake["notify"] = notify_wakeup(bench, QUICK_NOTIFY_WAKE if quick else FULL_NOTIFY_WAKE, 0.02)
-        for name, w in wake["waiters"].items():
-            log(f"wake-up, {WAITER_TITLES[name]}: p50 {w['p50_ms']:.1f} ms, p99 {w['p99_ms']:.1f} ms")
+        for waiter, w in wake["waiters"].items():
+            log(f"wake-up, {WAITER_TITLES[waiter]}: p50 {w['p50_ms']:.1f} ms, p99 {w['p99_ms']:.1f} ms")
         cost = wake_cost(bench, QUICK_WAKE_COST_SECONDS if quick else FULL_WAKE_COST_SECONDS, repeat)
         wake["cost"] = cost
         log(

@@ -264,19 +264,25 @@ class Headline:
     several: bool = False
     #: The target is a ceiling: a latency, at most ``target`` times its baseline's.
     at_most: bool = False
+    #: The target is a figure in this unit (``ms``), not a multiple or ratio of a baseline.
+    unit: str = ""
 
     @property
     def status(self) -> str:
         return verdict(self.value, self.target, self.missing, at_most=self.at_most)
 
     def shown(self) -> str:
-        """The figure held to the target, as the summary writes it: 0.81, or 4.0x for a latency."""
+        """The figure held to the target, as the summary writes it: 0.81, 4.0x for a latency, 3.2 ms."""
         if self.value is None:
             return "-"
+        if self.unit:
+            return f"{self.value:.3g} {self.unit}"
         return times(self.value, 1.0) if self.at_most else f"{self.value:.2f}"
 
     def goal(self) -> str:
-        """The target as the table writes it: '>= 0.8', or '<= 2x' for a latency."""
+        """The target as the table writes it: '>= 0.8', '<= 2x' for a latency, '<= 5 ms'."""
+        if self.unit:
+            return f"{'<=' if self.at_most else '>='} {self.target:g} {self.unit}"
         return f"<= {self.target:g}x" if self.at_most else f">= {self.target:g}"
 
     def target_cell(self) -> str:
@@ -286,6 +292,21 @@ class Headline:
         if self.target is None:
             return ""
         return f"{self.goal()}{' (lowest)' if self.several else ''}: **{status}**"
+
+
+#: #16's targets for the pipeline: twice the consume-transform-produce rates of the last report before
+#: it (docs/bench/report.md of 2026-11-21, commit f3069ea), by member count; a waiting consumer woken
+#: within 5 ms (p50) with default settings.
+PIPELINE_BEFORE_16 = {1: 15_643.0, 4: 21_032.0}
+PIPELINE_TARGET = 2.0
+WAKE_TARGET_MS = 5.0
+#: The waiting consumers of bench/pipeline.py, by their key (older results: fetch_max_backoff_ms alone).
+WAITER_TITLES = {
+    "200": "Consumer, defaults (listens; polls 5..200 ms)",
+    "200-polling": "Consumer, polling only, fetch_max_backoff_ms=200",
+    "5-polling": "Consumer, polling only, fetch_max_backoff_ms=5",
+}
+WAITER_SHORT = {"200": "defaults", "200-polling": "polling 200 ms", "5-polling": "polling 5 ms"}
 
 
 #: The raw writes of the produce ceiling, by their JSON key, as the tables name them (older results hold
@@ -535,12 +556,17 @@ def pipeline_headlines(res: dict[str, Any]) -> list[Headline]:
     cases = sorted(res["throughput"], key=lambda c: c["members"])
     ok = [c for c in cases if "error" not in c]
     stalled = [c for c in cases if "error" in c]
-    if ok:
+    for c in ok:
+        before = PIPELINE_BEFORE_16.get(c["members"])
         rows.append(
             Headline(
-                "consume-transform-produce, " + " / ".join(str(c["members"]) for c in ok) + " member(s)",
-                " / ".join(compact(c["records_per_s"]) for c in ok) + " records/s",
-                name="consume-transform-produce",
+                f"consume-transform-produce, {c['members']} member(s), against its rate before #16",
+                f"{compact(c['records_per_s'])} records/s",
+                f"{compact(before)} records/s (docs/bench/report.md of 2026-11-21)" if before else "",
+                f"{c['records_per_s'] / before:.2f}" if before else "",
+                target=PIPELINE_TARGET if before else None,
+                value=c["records_per_s"] / before if before else None,
+                name=f"consume-transform-produce, {c['members']} member(s)",
             )
         )
     for c in stalled:
@@ -564,11 +590,28 @@ def pipeline_headlines(res: dict[str, Any]) -> list[Headline]:
         default = waiters.get("200") or next(iter(waiters.values()))
         rows.append(
             Headline(
-                "wake-up of a waiting read_committed consumer p50 / p99 (default backoff)",
+                "wake-up of a waiting read_committed consumer p50 / p99 (default settings)",
                 f"{ms(default['p50_ms'])} / {ms(default['p99_ms'])} ms",
                 f"{ms(notify['p50_ms'])} / {ms(notify['p99_ms'])} ms (LISTEN/NOTIFY)",
                 f"{times(default['p50_ms'], notify['p50_ms'])} / {times(default['p99_ms'], notify['p99_ms'])}",
+                target=WAKE_TARGET_MS,
+                value=default["p50_ms"],
+                at_most=True,
+                unit="ms",
                 name="wake-up latency",
+            )
+        )
+    cost = wake.get("cost")
+    if cost:
+        rows.append(
+            Headline(
+                f"commit rate of {cost['producers']} producers while a consumer waits, wake-ups on / off",
+                f"{compact(cost['commits_per_s_on'])} commits/s",
+                f"{compact(cost['commits_per_s_off'])} commits/s (off)",
+                f"{cost['ratio']:.2f}",
+                target=cost["target"],
+                value=cost["ratio"],
+                name="the wake-ups' cost",
             )
         )
     return rows
@@ -1042,13 +1085,29 @@ def pipeline_latency_section(res: dict[str, Any]) -> list[str]:
         "| p50 vs baseline | p99 vs baseline |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for backoff, r in wake["waiters"].items():
+    for waiter, r in wake["waiters"].items():
+        title = WAITER_TITLES.get(waiter, f"Consumer, fetch_max_backoff_ms={waiter}")
         lines.append(
-            f"| Consumer, fetch_max_backoff_ms={backoff} | {r['samples']} | {ms(r['p50_ms'])} | {ms(r['p99_ms'])} "
+            f"| {title} | {r['samples']} | {ms(r['p50_ms'])} | {ms(r['p99_ms'])} "
             f"| {ms(r['max_ms'])} | {ms(notify['p50_ms'])} / {ms(notify['p99_ms'])} "
             f"| {times(r['p50_ms'], notify['p50_ms'])} | {times(r['p99_ms'], notify['p99_ms'])} |"
         )
     lines.append("")
+    cost = wake.get("cost")
+    if cost:
+        lines += [
+            f"What waking readers costs producers: {cost['producers']} transactional producers commit one-record "
+            "transactions, each to its own partition, while a read_committed consumer waits on all of them; the "
+            "wake-ups on (the producers NOTIFY, the consumer listens) against off (the consumer polls), paired runs "
+            f"of {cost['seconds']:g} s:",
+            "",
+            "| wake-ups | commits/s | ratio (on / off) | target |",
+            "|---|---:|---:|---|",
+            f"| off | {cost['commits_per_s_off']:,.0f} | | |",
+            f"| on | {cost['commits_per_s_on']:,.0f} | {cost['ratio']:.2f} | >= {cost['target']:g}: "
+            f"**{verdict(cost['ratio'], cost['target'])}** |",
+            "",
+        ]
     return lines
 
 
@@ -1333,7 +1392,9 @@ def _latency_panels(outcomes: dict[str, Outcome]) -> list[LatencyPanel]:
     if pipe:
         bars = [(f"end to end, {r['members']}m", r, False) for r in pipe.get("latency") or [] if "error" not in r]
         wake = pipe.get("wakeup") or {}
-        bars += [(f"wake-up {b} ms", r, False) for b, r in (wake.get("waiters") or {}).items()]
+        bars += [
+            (f"wake-up, {WAITER_SHORT.get(b, b + ' ms')}", r, False) for b, r in (wake.get("waiters") or {}).items()
+        ]
         if wake.get("notify"):
             bars.append(("LISTEN/NOTIFY", wake["notify"], True))
         if bars:

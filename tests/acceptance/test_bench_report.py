@@ -310,7 +310,7 @@ def pipeline_result() -> dict[str, Any]:
     ]
     waiters = {
         backoff: {**_latency(p50, p50 * 4), "min_ms": -0.1, "client_cpu_pct": 1.0, "server_cpu_pct": 0.5}
-        for backoff, p50 in (("200", 60.0), ("20", 12.0), ("5", 6.0))
+        for backoff, p50 in (("200", 60.0), ("200-polling", 12.0), ("5-polling", 6.0))
     }
     notify = [
         {
@@ -332,6 +332,16 @@ def pipeline_result() -> dict[str, Any]:
             "max_gap_s": 0.4,
             "waiters": waiters,
             "notify": {**_latency(0.4, 1.5), "min_ms": 0.2},
+            "cost": {
+                "producers": 4,
+                "seconds": 4.0,
+                "commits_per_s_on": 1900.0,
+                "commits_per_s_off": 2000.0,
+                "runs_on": [1900.0],
+                "runs_off": [2000.0],
+                "ratio": 0.95,
+                "target": 0.95,
+            },
         },
         "notify_throughput": notify,
         "headline": {
@@ -502,7 +512,11 @@ def test_the_report_names_every_figure_beside_its_baseline_and_ratio(full_report
     # pipelines: rates, end-to-end latency, wake-up against LISTEN/NOTIFY, the cost of NOTIFY
     assert "| 1 | 20,000 | 5.71 | 3,500 | 100 (0) | 200.0 |" in md
     assert "| 4 | 20,000 | 1.68 | 11,900 |" in md
-    assert "| Consumer, fetch_max_backoff_ms=200 | 100 | 60.0 | 240 | 480 | 0.40 / 1.50 | 150x | 160x |" in md
+    assert (
+        "| Consumer, defaults (listens; polls 5..200 ms) | 100 | 60.0 | 240 | 480 | 0.40 / 1.50 | 150x | 160x |" in md
+    )
+    assert "| Consumer, polling only, fetch_max_backoff_ms=5 | 100 | 6.00 |" in md
+    assert "| on | 1,900 | 0.95 | >= 0.95: **met** |" in md
     assert "| 8 | INSERT + NOTIFY, no listener | 7,200 | 8,000 | 0.90 |" in md
     assert "25,000 records/s end to end" in md
     # the machine, the server and the run
@@ -655,8 +669,14 @@ def test_headline_rows_are_marked_against_the_issue_targets(full_report: tuple[P
     assert consumer.status == "not met"
     spark = headline_by_prefix(rows, "Spark: committed view vs raw JDBC")
     assert (spark.value, spark.target, spark.status) == (0.97, 0.8, "met")
-    pipeline = headline_by_prefix(rows, "consume-transform-produce, 1 / 4 member(s)")
-    assert (pipeline.oncelog, pipeline.status) == ("3.5k / 11.9k records/s", "")
+    one = headline_by_prefix(rows, "consume-transform-produce, 1 member(s)")
+    assert (one.oncelog, one.ratio, one.target, one.status) == ("3.5k records/s", "0.22", 2.0, "not met")
+    four = headline_by_prefix(rows, "consume-transform-produce, 4 member(s)")
+    assert (four.ratio, four.status) == ("0.57", "not met")
+    wake = headline_by_prefix(rows, "wake-up of a waiting read_committed consumer")
+    assert (wake.value, wake.target, wake.status, wake.goal()) == (60.0, 5.0, "not met", "<= 5 ms")
+    cost = headline_by_prefix(rows, "commit rate of 4 producers while a consumer waits")
+    assert (cost.value, cost.status) == (0.95, "met")
     latency = headline_by_prefix(rows, "single-record produce latency")
     assert figures(latency) == (
         "1.20 / 3.60 ms",
@@ -671,15 +691,16 @@ def test_headline_rows_are_marked_against_the_issue_targets(full_report: tuple[P
     assert "| 0.97 | >= 0.8: **met** |" in md
     assert (
         "Targets met: the Producer's defaults against the tuned Producer (0.75); transactions of 100 records on 4 "
-        "partitions (0.85); commit latency p50 of 10 records on 4 partitions (0.6x); Spark reads through the "
-        "committed view (0.97); Spark write-back against a raw JDBC write (0.55)." in md
+        "partitions (0.85); commit latency p50 of 10 records on 4 partitions (0.6x); the wake-ups' cost (0.95); Spark "
+        "reads through the committed view (0.97); Spark write-back against a raw JDBC write (0.55)." in md
     )
     assert (
         "Not met: idempotent produce (store call) at 1000-record batches (0.55, target >= 0.8); the Producer against "
         "the store call (0.70, target >= 0.8); single-record produce latency p50 (4.0x, target <= 2x); "
         "transactional throughput at 1000 records per transaction (0.81, target >= 0.9); read_committed reads "
         "through store.log.fetch_many (0.16, target >= 0.7); read_committed reads through Consumer.poll (0.12, "
-        "target >= 0.8)." in md
+        "target >= 0.8); consume-transform-produce, 1 member(s) (0.22, target >= 2); consume-transform-produce, "
+        "4 member(s) (0.57, target >= 2); wake-up latency (60 ms, target <= 5 ms)." in md
     )
 
 

@@ -160,7 +160,8 @@ def test_pipeline_markdown_has_every_table(pipeline_run: tuple[str, dict[str, An
     assert "| members | rate records/s | samples | p50 ms | p99 ms | max ms | mean ms |" in stdout
     assert "| waiting reader | samples | p50 ms | p99 ms | max ms | min ms |" in stdout
     assert "| threads | statement | commits/s | ratio (to INSERT alone) |" in stdout
-    assert "| Consumer, fetch_max_backoff_ms=200 (default) |" in stdout
+    assert "| Consumer, defaults (listens; polls 5..200 ms) |" in stdout
+    assert "| on (producers wake, the consumer listens) |" in stdout
     assert "| raw LISTEN/NOTIFY" in stdout
     assert "wake-up with the default backoff: p50 " in stdout
 
