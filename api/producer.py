@@ -80,7 +80,7 @@ class Producer(Client):
         transaction_timeout_ms: int = 60_000,
         enable_idempotence: bool = True,
         linger_ms: float = 5,
-        batch_size: int = 16384,
+        batch_size: int = 1 << 20,
         max_batch_records: int = 10_000,
         buffer_memory: int = 32 * 1024 * 1024,
         max_block_ms: float = 60_000,
