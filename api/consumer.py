@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from operator import itemgetter
-from typing import Any
+from typing import Any, Literal
 
 from oncelog import errors, validate
 from oncelog.client import Client
@@ -54,6 +54,8 @@ _REQUEST_TIMEOUT_MS = 30_000
 _FETCH_GRACE_S = 1.0
 #: The longest wait the store registers (fetch_wait_v1): a poll waiting longer registers again.
 _MAX_WAIT_MS = 300_000
+#: The shortest time between two fetches of a woken reader (see poll()).
+_WAKE_SPACING_S = 0.005
 #: A record's value by position, in a FetchedRecord and in a ConsumerRecord (bytes-consumed metric).
 _VALUE = itemgetter(2)
 _TAGGED_VALUE = itemgetter(4)
@@ -153,6 +155,9 @@ class Consumer(Client):
         self._max_poll_records = max_poll_records
         self._read_ahead = read_ahead
         self._listen = listen_for_writes
+        # The wait registered in the store (fetch_wait_v1): for which partitions and isolation,
+        # valid until when (time.monotonic()), and the registration itself.
+        self._registration: tuple[tuple[frozenset[TopicPartition], bool], float, WaitRegistration] | None = None
         self._api_timeout = default_api_timeout_ms / 1000
         self._min_backoff = fetch_min_backoff_ms / 1000
         self._max_backoff = fetch_max_backoff_ms / 1000
@@ -348,9 +353,6 @@ class Consumer(Client):
         wait = validate.number("timeout", timeout, low=-limit, high=limit, error=errors.InvalidRequestError)
         deadline = time.monotonic() + max(wait, 0.0)
         backoff = self._min_backoff
-        registration: WaitRegistration | None = None
-        registered_until = 0.0
-        woken = False
         last_fetch = 0.0
         while True:
             if self._coordinator is not None:
@@ -367,41 +369,50 @@ class Consumer(Client):
             remaining = deadline - time.monotonic()
             if records or remaining <= 0:
                 return records
-            if self._listen and (registration is None or time.monotonic() >= registered_until):
-                # Register the wait, then fetch once more before waiting: a write committed
-                # before the registration is in that fetch, every later one wakes this reader.
-                registered_at = time.monotonic()
-                registration, wait_ms = self._register_wait(remaining)
-                registered_until = registered_at + wait_ms / 1000
-                if registration is not None:
-                    continue
+            registration = self._waiting(remaining) if self._listen else None
+            if registration is False:
+                # Registered just now: fetch once more before waiting. A write committed before
+                # the registration is in that fetch; every later one wakes this reader.
+                continue
             if registration is not None:
-                spurious = woken  # woken last time, and that fetch found nothing
                 woken = self._fetcher.await_wakeup(registration, min(backoff, remaining))
-                # Anyone may NOTIFY a channel: after a wake-up that brought nothing, the next
-                # one waits out fetch_min_backoff_ms, so a flood cannot turn into a fetch loop.
-                idle = self._min_backoff - (time.monotonic() - last_fetch)
-                if woken and spurious and idle > 0:
+                # At most one fetch per 5 ms (fetch_min_backoff_ms if shorter) however often it
+                # is woken: a polling reader looks no more often by default, the producers of a
+                # busy partition would otherwise buy a fetch with every commit, and anyone may
+                # NOTIFY (a flood must not become a fetch loop).
+                idle = min(self._min_backoff, _WAKE_SPACING_S) - (time.monotonic() - last_fetch)
+                if woken and idle > 0:
                     time.sleep(min(idle, max(deadline - time.monotonic(), 0.0)))
             else:
                 time.sleep(min(backoff, remaining))
             backoff = min(backoff * 2, self._max_backoff)
 
-    def _register_wait(self, remaining: float) -> tuple[WaitRegistration | None, int]:
-        """Register this poll's wait on the partitions it reads (None when there is none to
-        read), and for how many milliseconds."""
+    def _waiting(self, remaining: float) -> WaitRegistration | Literal[False] | None:
+        """The registration of this reader's wait on the partitions it reads: the one it holds if
+        it is still valid for them (a reader that keeps polling registers once per validity, not
+        once per poll); otherwise a new one, and then False, since a fetch must follow it. None
+        when there is nothing to read."""
         fetchable = self._subscriptions.fetchable()
-        # As long as this poll may still wait, plus a grace for the fetch that ends it.
-        wait_ms = min(int(remaining * 1000) + 1000, _MAX_WAIT_MS)
         if not fetchable:
-            return None, wait_ms
+            return None
+        read_committed = self.isolation_level == "read_committed"
+        key = (frozenset(fetchable), read_committed)
+        now = time.monotonic()
+        held = self._registration
+        if held is not None and held[0] == key and now < held[1] and self._fetcher.listening:
+            return held[2]
+        # As long as this poll may still wait and at least a second (a reader that polls on
+        # renews it once per second), plus a grace for the fetch that ends the wait.
+        wait_ms = min(int(max(remaining, 1.0) * 1000) + 1000, _MAX_WAIT_MS)
         registration = self._fetcher.register_wait(
             [(tp.topic, tp.partition) for tp in fetchable],
-            read_committed=self.isolation_level == "read_committed",
+            read_committed=read_committed,
             wait_ms=wait_ms,
             timeout=min(remaining + _FETCH_GRACE_S, self._api_timeout),
         )
-        return registration, wait_ms
+        # Valid a little less long than the store holds it: the clocks differ by the round trip.
+        self._registration = (key, now + wait_ms / 1000 - 0.5, registration)
+        return False
 
     def _fetch_once(self, deadline: float) -> list[ConsumerRecord]:
         subscriptions = self._subscriptions

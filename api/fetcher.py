@@ -62,6 +62,7 @@ class Fetcher:
         self._conn: sa.Connection | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._ahead: tuple[Request, Future[Answer]] | None = None
+        self._listening = False  # the kept connection LISTENs (a new connection does not)
 
     def fetch(
         self,
@@ -114,7 +115,14 @@ class Fetcher:
                 return registration
 
         with caller_deadline(timeout):
-            return self._on_connection(register)
+            registration = self._on_connection(register)
+        self._listening = True
+        return registration
+
+    @property
+    def listening(self) -> bool:
+        """Whether the kept connection LISTENs for wake-ups (a replaced one must register again)."""
+        return self._listening and self._conn is not None
 
     def await_wakeup(self, registration: WaitRegistration, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for a write to a registered partition to be announced."""
@@ -129,6 +137,7 @@ class Fetcher:
         """Discard the connection (after an error: it may be broken)."""
         self._settle_ahead()
         conn, self._conn = self._conn, None
+        self._listening = False
         if conn is not None:
             try:
                 conn.invalidate()
@@ -143,6 +152,7 @@ class Fetcher:
             self._pool.shutdown(wait=True)
             self._pool = None
         conn, self._conn = self._conn, None
+        self._listening = False
         if conn is not None:
             try:
                 # Back in the pool, a LISTENing connection would collect wake-ups for whoever

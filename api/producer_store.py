@@ -89,9 +89,9 @@ class ProducerStore(Protocol):
 
     def end_txn(
         self, conn: Any, *, transactional_id: str, producer_id: int, epoch: int, txn_number: int, commit: bool
-    ) -> tuple[str, list[tuple[str, int]]]:
+    ) -> tuple[str, list[str]]:
         """EndTxn: commit or abort; the outcome (``committed``, ``already_aborted``, ...) and the
-        partitions of a commit on which a reader waits."""
+        wake tokens of a commit's partitions on which a reader waits."""
 
     def txn_offset_commit(
         self,
@@ -109,8 +109,11 @@ class ProducerStore(Protocol):
     ) -> None:
         """TxnOffsetCommit: a group's offsets, pending in the transaction (KIP-447)."""
 
-    def fetch_wake(self, conn: Any, partitions: Sequence[tuple[str, int]]) -> int:
-        """Wake the readers waiting on ``partitions``; the number of notifications sent."""
+    def wake_channel(self, conn: Any) -> str:
+        """The channel waiting readers listen on (it never changes)."""
+
+    def wake_readers(self, conn: Any, channel: str, tokens: Sequence[str]) -> int:
+        """Wake the readers of the partitions of ``tokens``; the number of NOTIFYs sent."""
 
 
 class DatabaseStore:
@@ -164,7 +167,7 @@ class DatabaseStore:
         """See :func:`oncelog.store.txn.init_producer_id`."""
         return txn.init_producer_id(conn, **args)
 
-    def end_txn(self, conn: sa.Connection, **args: Any) -> tuple[str, list[tuple[str, int]]]:
+    def end_txn(self, conn: sa.Connection, **args: Any) -> tuple[str, list[str]]:
         """See :func:`oncelog.store.txn.end_txn_waking`."""
         return txn.end_txn_waking(conn, **args)
 
@@ -172,6 +175,10 @@ class DatabaseStore:
         """See :func:`oncelog.store.groups.txn_offset_commit`."""
         groups.txn_offset_commit(conn, **args)
 
-    def fetch_wake(self, conn: sa.Connection, partitions: Sequence[tuple[str, int]]) -> int:
-        """See :func:`oncelog.store.log.fetch_wake`."""
-        return log.fetch_wake(conn, partitions)
+    def wake_channel(self, conn: sa.Connection) -> str:
+        """See :func:`oncelog.store.log.wake_channel`."""
+        return log.wake_channel(conn)
+
+    def wake_readers(self, conn: sa.Connection, channel: str, tokens: Sequence[str]) -> int:
+        """See :func:`oncelog.store.log.wake_readers`."""
+        return log.wake_readers(conn, channel, tokens)

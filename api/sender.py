@@ -5,7 +5,7 @@ partition, at most one per partition so each partition's batches stay in order
 (``produce_batches``: one round trip, one database transaction, each batch answered on its own,
 as Kafka's ProduceRequest to a broker). Once the application commits a transaction, everything
 still queued goes in ONE call with the consumer offsets and EndTxn (``produce_offsets_end_txn``).
-Where the store says a reader waits on a written partition, the sender hands the partition to
+Where the store says a reader waits on a written partition, the sender hands its wake token to
 ``wake`` (the producer's :class:`~oncelog.waker.ReaderWaker`), which wakes it outside the write's
 transaction. What a
 batch's failure means (retry it with the same sequence, bump the epoch and resend it, fail it) is
@@ -72,7 +72,7 @@ class Sender:
         backoff: float,
         backoff_max: float,
         metrics: SenderMetrics | None = None,
-        wake: Callable[[list[tuple[str, int]]], None] | None = None,
+        wake: Callable[[list[str]], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
@@ -344,7 +344,7 @@ class Sender:
             self._cond.notify_all()
         for b, result in zip(batches, results, strict=True):
             _acknowledge(b, result)
-        wake = [(b.tp.topic, b.tp.partition) for b, result in zip(batches, results, strict=True) if result.wake]
+        wake = [result.wake for result in results if result.wake]
         if wake:
             self._wake(wake)
 

@@ -76,7 +76,7 @@ class TransactionManager:
         backoff_max: float = 1.0,
         metric: Callable[[str, float], None] | None = None,
         offsets_with_commit: bool = True,
-        wake: Callable[[list[tuple[str, int]]], None] | None = None,
+        wake: Callable[[list[str]], None] | None = None,
     ) -> None:
         if transactional_id is not None and not idempotent:
             raise errors.IllegalStateError("a transactional producer is idempotent")
@@ -515,7 +515,7 @@ class TransactionManager:
             offsets = self._offsets if commit else None
         tid = self._tid()
 
-        def end(conn: Any) -> tuple[str, list[tuple[str, int]]]:
+        def end(conn: Any) -> tuple[str, list[str]]:
             if offsets is None:
                 return self._store.end_txn(
                     conn, transactional_id=tid, producer_id=ident.producer_id, epoch=ident.epoch,

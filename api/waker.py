@@ -2,13 +2,14 @@
 
 A reader with nothing to read registers its wait in the store and LISTENs (``fetch_wait_v1``);
 the store tells a producer, in the answer to a write, which of the written partitions have a
-reader waiting. The producer then sends the NOTIFY from here: on a thread and a connection of
-its own, in a transaction of its own, after the write committed. A NOTIFY inside the write's
+reader waiting (their wake tokens, ``topic_id:partition``). The producer then sends the NOTIFY
+from here: on a thread and a connection of its own, in a transaction of its own, after the write
+committed. A NOTIFY inside the write's
 transaction would hold PostgreSQL's database-wide notification lock through the commit and
 serialise every producer's commits (measured: 4 producers kept 0.79 of their commit rate).
 
-Requests are coalesced per partition: while one wake-up is on its way, the partitions asked for
-meanwhile wait for the next, which carries them all. Waking is best effort: a failure is logged
+Requests are coalesced: while one wake-up is on its way, the tokens asked for meanwhile wait for
+the next NOTIFY, which carries them all (one NOTIFY, its payload the tokens). Waking is best effort: a failure is logged
 and forgotten, since a waiting reader also looks again on its own within its poll interval.
 """
 
@@ -28,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 
 class ReaderWaker:
-    """Sends a producer's wake-ups (:func:`oncelog.store.log.fetch_wake`) from its own thread.
+    """Sends a producer's wake-ups (:func:`oncelog.store.log.wake_readers`) from its own thread.
 
     ``request_timeout`` bounds each wake-up call; ``metric(name, by)`` counts the notifications
     sent (``reader_wakeup_total``). The thread and its connection start with the first wake-up.
@@ -45,17 +46,19 @@ class ReaderWaker:
         self._request_timeout = request_timeout
         self._metric = metric or (lambda name, by: None)
         self._cond = threading.Condition(threading.Lock())
-        self._pending: set[tuple[str, int]] = set()
+        self._pending: set[str] = set()
         self._closing = False
         self._thread: threading.Thread | None = None
-        self._conn: Any = None  # only the waker's thread touches it
+        self._conn: Any = None  # only the waker's thread touches them
+        self._channel: str | None = None
 
-    def wake(self, partitions: Iterable[tuple[str, int]]) -> None:
-        """Wake the readers waiting on ``partitions`` soon; returns at once."""
+    def wake(self, tokens: Iterable[str]) -> None:
+        """Wake the readers of the partitions of ``tokens`` (the wake tokens writes answered
+        with) soon; returns at once."""
         with self._cond:
             if self._closing:
                 return
-            self._pending.update(partitions)
+            self._pending.update(tokens)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="oncelog-reader-waker", daemon=True)
                 self._thread.start()
@@ -84,15 +87,17 @@ class ReaderWaker:
         finally:
             self._release(invalidate=False)
 
-    def _send(self, partitions: list[tuple[str, int]]) -> None:
+    def _send(self, tokens: list[str]) -> None:
         try:
             if self._conn is None:
                 self._conn = self._store.connect()
             with self._store.request(self._conn, self._request_timeout):
-                sent = self._store.fetch_wake(self._conn, partitions)
+                if self._channel is None:
+                    self._channel = self._store.wake_channel(self._conn)
+                sent = self._store.wake_readers(self._conn, self._channel, tokens)
         except errors.OncelogError as exc:
             # The readers look again by themselves within their poll interval: nothing is lost.
-            logger.debug("could not wake the readers of %s: %s", partitions, exc)
+            logger.debug("could not wake the readers of %s: %s", tokens, exc)
             self._release(invalidate=not isinstance(exc, errors.RequestTimeoutError))
             return
         self._metric("reader_wakeup_total", sent)

@@ -8,7 +8,7 @@ round trip and one transaction.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -59,8 +59,7 @@ _PRODUCE_END_TXN = (
 #: Every queued batch of a transaction, its consumer offsets and EndTxn in one database transaction
 #: (migration 0019), and the partitions of the commit a reader waits on (0020).
 _PRODUCE_OFFSETS_END_TXN = (
-    "SELECT base_offsets, last_offsets, log_append_times, duplicates, outcome, wake_topics, wake_partitions "
-    "FROM produce_end_txn_v3("
+    "SELECT base_offsets, last_offsets, log_append_times, duplicates, outcome, wake FROM produce_end_txn_v3("
     "%(transactional_id)s, %(producer_id)s, %(epoch)s::smallint, %(txn_number)s, "
     "%(topics)s::text[], %(partitions)s::integer[], %(sequences)s::integer[], %(counts)s::integer[], "
     "%(keys)b::bytea[], %(values)b::bytea[], %(headers)s::jsonb[], %(timestamps)b::timestamptz[], "
@@ -201,7 +200,7 @@ def produce_offsets_end_txn(
     gets every batch's original offsets back with ``duplicate`` set and the outcome
     ``already_committed``. Returns each batch's result, in order, EndTxn's outcome (``committed``
     or ``already_committed``) and the partitions of the commit a reader waits on (wake them with
-    :func:`fetch_wake`, outside this transaction); TransactionTimeoutError when the transaction
+    :func:`wake_readers`, outside this transaction); TransactionTimeoutError when the transaction
     had passed its timeout (the store aborted it, these batches included, and bumped the epoch).
     """
     _check_range("producer_id", producer_id, 2**63 - 1)
@@ -227,7 +226,7 @@ def produce_offsets_end_txn(
     outcome = end_txn_outcome(str(row.outcome), transactional_id=transactional_id, txn_number=txn_number)
     columns = (row.base_offsets or [], row.last_offsets or [], row.log_append_times or [], row.duplicates or [])
     results = [ProduceResult(int(b), int(last), ts, bool(dup)) for b, last, ts, dup in zip(*columns, strict=True)]
-    return CommitResult(results, outcome, _pairs(row.wake_topics, row.wake_partitions))
+    return CommitResult(results, outcome, list(row.wake or []))
 
 
 def produce_batches(
@@ -274,7 +273,7 @@ def produce_batches(
         else:
             answers.append(
                 ProduceResult(
-                    int(row.base_offset), int(row.last_offset), row.log_append_time, bool(row.duplicate), bool(row.wake)
+                    int(row.base_offset), int(row.last_offset), row.log_append_time, bool(row.duplicate), row.wake
                 )
             )
     return answers
@@ -306,11 +305,6 @@ def _batch_params(batches: Sequence[ProduceBatch]) -> dict[str, Any]:
         "headers": headers if any(h is not None for h in headers) else None,
         "timestamps": timestamps if any(t is not None for t in timestamps) else None,
     }
-
-
-def _pairs(topics: Sequence[str] | None, partitions: Sequence[int] | None) -> list[tuple[str, int]]:
-    """(topic, partition) pairs from two parallel arrays (None: none)."""
-    return list(zip(topics or [], (int(p) for p in partitions or []), strict=True))
 
 
 def _produce_result(row: Any) -> ProduceResult:
@@ -538,12 +532,12 @@ def fetch_wait(
     ).all()
     ids = {r.topic: int(r.topic_id) for r in rows}
     channel = str(rows[0].channel) if rows else ""
-    return WaitRegistration(channel, frozenset(f"{ids[t]}:{p}" for t, p in partitions if t in ids))
+    return WaitRegistration(channel, frozenset(_token(ids[t], p) for t, p in partitions if t in ids))
 
 
 def await_wakeup(conn: sa.Connection, registration: WaitRegistration, timeout: float) -> bool:
     """Wait up to ``timeout`` seconds for a wake-up that concerns ``registration`` (a NOTIFY
-    from :func:`fetch_wake` on one of its partitions) on ``conn``, which :func:`fetch_wait`
+    from :func:`wake_readers` naming one of its partitions) on ``conn``, which :func:`fetch_wait`
     registered. Returns whether one came; wake-ups for other partitions are passed over.
     Wake-ups that arrived while ``conn`` ran other statements are queued by the driver and count."""
     if not registration.channel:
@@ -554,7 +548,7 @@ def await_wakeup(conn: sa.Connection, registration: WaitRegistration, timeout: f
         while True:
             remaining = deadline - time.monotonic()
             for note in pg.notifies(timeout=max(remaining, 0.0)):  # type: ignore[union-attr]
-                if note.channel == registration.channel and note.payload in registration.payloads:
+                if note.channel == registration.channel and not registration.tokens.isdisjoint(note.payload.split(",")):
                     return True
             if time.monotonic() >= deadline:
                 return False
@@ -575,17 +569,48 @@ def stop_waiting(conn: sa.Connection) -> None:
         conn.exec_driver_sql("UNLISTEN *")
 
 
-def fetch_wake(conn: sa.Connection, partitions: Sequence[tuple[str, int]]) -> int:
-    """Wake the readers waiting on ``partitions`` (one NOTIFY each, in a transaction of its own:
-    call it outside the write's transaction, after the write committed). Returns how many
-    notifications went out."""
-    return int(
-        _driver(
-            conn,
-            "SELECT fetch_wake_v1(%(topics)s::text[], %(partitions)s::integer[])",
-            {"topics": [t for t, _ in partitions], "partitions": [p for _, p in partitions]},
-        ).scalar_one()
-    )
+def wake_channel(conn: sa.Connection) -> str:
+    """The channel on which this schema's waiting readers listen (it never changes: ask once)."""
+    return str(_driver(conn, "SELECT wake_channel_v1()", {}).scalar_one())
+
+
+def wake_readers(conn: sa.Connection, channel: str, tokens: Sequence[str]) -> int:
+    """Wake the readers waiting on the partitions of ``tokens`` (the ``wake`` a write answered
+    with): NOTIFY ``channel`` (:func:`wake_channel`) with them, in a transaction of its own, so call
+    it outside the write's transaction, after the write committed. Returns the NOTIFYs sent."""
+    sent = 0
+    # As fetches do: psycopg itself and a prepared statement, one NOTIFY per payload's worth of
+    # tokens (PostgreSQL takes payloads under 8000 bytes). A busy producer sends one per commit
+    # while a reader waits, so this call's cost is the producers' cost of waking readers.
+    with mapped_errors(), conn.connection.dbapi_connection.cursor() as cur:  # type: ignore[union-attr]
+        for payload in _payloads(tokens):
+            cur.execute(_NOTIFY, (channel, payload), prepare=True)
+            sent += 1
+    return sent
+
+
+_NOTIFY = "SELECT pg_notify(%s, %s)"
+#: Below PostgreSQL's 8000-byte payload limit.
+_MAX_PAYLOAD = 7900
+
+
+def _payloads(tokens: Sequence[str]) -> Iterator[str]:
+    """``tokens``, comma-separated, in payloads that each fit one NOTIFY."""
+    chunk: list[str] = []
+    size = 0
+    for token in sorted(set(tokens)):
+        if chunk and size + len(token) + 1 > _MAX_PAYLOAD:
+            yield ",".join(chunk)
+            chunk, size = [], 0
+        chunk.append(token)
+        size += len(token) + 1
+    if chunk:
+        yield ",".join(chunk)
+
+
+def _token(topic_id: int, partition: int) -> str:
+    """A partition's wake token, as the store writes it (fetch_waiting_v1, txn_waiters_v1)."""
+    return f"{topic_id}:{partition}"
 
 
 def list_offsets(conn: sa.Connection, *, topic: str) -> list[PartitionOffsets]:

@@ -93,32 +93,33 @@ class TxnOffsets:
 @dataclass(frozen=True, slots=True)
 class ProduceResult:
     """Where a batch landed; ``duplicate`` when it was a retry of a batch already in the log;
-    ``wake`` when a reader waits on its partition (:func:`oncelog.store.log.fetch_wake` wakes it)."""
+    ``wake``, when a reader waits on its partition, the token that wakes it
+    (:func:`oncelog.store.log.wake_readers`)."""
 
     base_offset: int
     last_offset: int
     log_append_time: datetime
     duplicate: bool
-    wake: bool = False
+    wake: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class CommitResult:
     """A transaction's commit with its last batches: each batch's result, in order, EndTxn's
-    outcome, and the (topic, partition) pairs of the commit on which a reader waits."""
+    outcome, and the wake tokens of the commit's partitions on which a reader waits."""
 
     results: list[ProduceResult]
     outcome: str
-    wake: list[tuple[str, int]]
+    wake: list[str]
 
 
 @dataclass(frozen=True, slots=True)
 class WaitRegistration:
     """A reader's registered wait (:func:`oncelog.store.log.fetch_wait`): the channel it LISTENs
-    on and the NOTIFY payloads (``topic_id:partition``) that concern it."""
+    on and the wake tokens (``topic_id:partition``) that concern it."""
 
     channel: str
-    payloads: frozenset[str]
+    tokens: frozenset[str]
 
 
 class FetchedRecord(NamedTuple):

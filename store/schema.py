@@ -978,6 +978,6 @@ fetch_waiters = sa.Table(
     ),
     prefixes=["UNLOGGED"],
     comment="Readers waiting for records (fetch_wait_v1): a write to a partition with a reader waiting "
-    "tells its producer to wake them (fetch_wake_v1, a NOTIFY outside the producer's transaction). "
+    "answers its producer with the partition's wake token, which it NOTIFYs outside the write's transaction. "
     "Unlogged: emptied by a crash, which costs a waiting reader one poll interval.",
 )

@@ -113,18 +113,16 @@ def end_txn(
 
 def end_txn_waking(
     conn: sa.Connection, *, transactional_id: str, producer_id: int, epoch: int, txn_number: int, commit: bool
-) -> tuple[str, list[tuple[str, int]]]:
-    """:func:`end_txn`, and the (topic, partition) pairs of a commit on which a reader waits: wake
-    them with :func:`oncelog.store.log.fetch_wake` once this transaction has committed."""
+) -> tuple[str, list[str]]:
+    """:func:`end_txn`, and the wake tokens of a commit's partitions on which a reader waits: wake
+    them with :func:`oncelog.store.log.wake_readers` once this transaction has committed."""
     row = _call(
         conn,
-        "SELECT outcome, wake_topics, wake_partitions FROM end_txn_v2(%(tid)s, %(pid)s, %(epoch)s::smallint, %(n)s, "
-        "%(commit)s)",
+        "SELECT outcome, wake FROM end_txn_v2(%(tid)s, %(pid)s, %(epoch)s::smallint, %(n)s, %(commit)s)",
         {"tid": transactional_id, "pid": producer_id, "epoch": epoch, "n": txn_number, "commit": commit},
     ).one()
     outcome = end_txn_outcome(str(row.outcome), transactional_id=transactional_id, txn_number=txn_number)
-    wake = list(zip(row.wake_topics or [], (int(p) for p in row.wake_partitions or []), strict=True))
-    return outcome, wake
+    return outcome, list(row.wake or [])
 
 
 def end_txn_outcome(outcome: str, *, transactional_id: str, txn_number: int) -> str:

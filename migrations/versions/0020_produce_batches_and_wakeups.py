@@ -10,10 +10,11 @@ commit where the producer made one per partition.
 
 A read_committed or read_uncommitted reader with nothing to read registers its wait
 (fetch_wait_v1, in the unlogged fetch_waiters) and LISTENs. The writes check for waiters under
-their partitions' locks and tell the producer (produce_batches_v1's wake, and produce_end_txn_v3
-and end_txn_v2, which are v2 and v1 with the partitions of the commit that have a reader
-waiting), which then wakes them with fetch_wake_v1: a NOTIFY in a transaction of its own, since
-a NOTIFY inside the producers' commits serialises them on a database-wide lock.
+their partitions' locks and answer the producer with the waited-on partitions' wake tokens
+(produce_batches_v1's wake, and produce_end_txn_v3 and end_txn_v2, which are v2 and v1 with the
+tokens of the commit's partitions), which it then NOTIFYs on the schema's channel
+(wake_channel_v1) in a transaction of its own, since a NOTIFY inside the producers' commits
+serialises them on a database-wide lock.
 """
 
 from __future__ import annotations

@@ -49,8 +49,6 @@ GRANT EXECUTE ON FUNCTION fetch_v3(text[], integer[], bigint[], integer, boolean
 REVOKE ALL ON FUNCTION fetch_wait_v1(text[], integer[], boolean, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fetch_wait_v1(text[], integer[], boolean, integer) TO oncelog_client, oncelog_admin;
 REVOKE ALL ON FUNCTION fetch_waiting_v1(text, integer, boolean, boolean) FROM PUBLIC;
-REVOKE ALL ON FUNCTION fetch_wake_v1(text[], integer[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fetch_wake_v1(text[], integer[]) TO oncelog_client, oncelog_admin;
 REVOKE ALL ON FUNCTION group_expire_members_v1(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION group_generation_required_v1(text, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION group_lock_v1(text, boolean) FROM PUBLIC;
@@ -105,6 +103,7 @@ GRANT EXECUTE ON FUNCTION txn_offset_commit_v1(text, bigint, smallint, bigint, t
 REVOKE ALL ON FUNCTION txn_owner_check_v1(text, oid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION txn_waiters_v1(bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION wake_channel_v1() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wake_channel_v1() TO oncelog_client, oncelog_admin;
 GRANT SELECT ON acl_settings TO oncelog_client, oncelog_admin;
 GRANT SELECT ON acls TO oncelog_admin;
 GRANT SELECT ON alembic_version TO oncelog_admin;  -- oncelog verify and db status read the revision

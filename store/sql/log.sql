@@ -828,7 +828,7 @@ COMMENT ON FUNCTION read_limits_v1(p_topics text[], p_partitions integer[], p_st
   'For ranges [start, limit) of partitions, limits are last stable offsets or below: the limits under which every committed transaction in them is read on all of these partitions or on none (planned reads, e.g. Spark). Needs topic READ when ACLs are enforced.';
 
 CREATE OR REPLACE FUNCTION produce_batches_v1(p_producer_id bigint, p_producer_epoch smallint, p_transactional_id text, p_txn_number bigint, p_topics text[], p_partitions integer[], p_base_sequences integer[], p_counts integer[], p_keys bytea[], p_values bytea[], p_headers jsonb[], p_timestamps timestamp with time zone[])
- RETURNS TABLE(base_offset bigint, last_offset bigint, log_append_time timestamp with time zone, duplicate boolean, error_code text, error_message text, wake boolean)
+ RETURNS TABLE(base_offset bigint, last_offset bigint, log_append_time timestamp with time zone, duplicate boolean, error_code text, error_message text, wake text)
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path FROM CURRENT
@@ -866,7 +866,7 @@ BEGIN
                                         p_base_sequences[1], p_keys, p_values, p_headers, p_timestamps,
                                         p_transactional_id, p_txn_number);
         RETURN QUERY SELECT r.base_offset, r.last_offset, r.log_append_time, r.duplicate, NULL::text, NULL::text,
-                            NOT r.duplicate AND fetch_waiting_v1(p_topics[1], p_partitions[1], NOT v_txn, true);
+                            CASE WHEN NOT r.duplicate THEN fetch_waiting_v1(p_topics[1], p_partitions[1], NOT v_txn, true) END;
         RETURN;
     END IF;
     IF coalesce(cardinality(p_partitions), 0) <> v_batches OR coalesce(cardinality(p_counts), 0) <> v_batches
@@ -925,7 +925,7 @@ BEGIN
             error_message := NULL;
             -- Checked under the partition's lock (held since above): see fetch_wait_v1. A
             -- transaction's records wake read_uncommitted readers only; its commit wakes the others.
-            wake := NOT r.duplicate AND fetch_waiting_v1(p_topics[b], p_partitions[b], NOT v_txn, true);
+            wake := CASE WHEN NOT r.duplicate THEN fetch_waiting_v1(p_topics[b], p_partitions[b], NOT v_txn, true) END;
         EXCEPTION WHEN OTHERS THEN
             IF SQLSTATE NOT LIKE 'OL%' THEN
                 RAISE;
@@ -936,7 +936,7 @@ BEGIN
             duplicate := NULL;
             error_code := SQLSTATE;
             error_message := SQLERRM;
-            wake := false;
+            wake := NULL;
         END;
         RETURN NEXT;
         v_from := v_to + 1;
@@ -944,9 +944,9 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION produce_batches_v1(p_producer_id bigint, p_producer_epoch smallint, p_transactional_id text, p_txn_number bigint, p_topics text[], p_partitions integer[], p_base_sequences integer[], p_counts integer[], p_keys bytea[], p_values bytea[], p_headers jsonb[], p_timestamps timestamp with time zone[]) IS
-  'Produce up to 64 batches, to any partitions, in one database transaction (Kafka''s ProduceRequest): batch b is p_counts[b] records of the concatenated keys/values/headers/timestamps, at p_base_sequences[b], each appended as produce_v2 does. One row per batch, in order: its offsets (duplicate for a retry of an appended batch), or error_code/error_message when the store refused that batch (an OL code; nothing of it was appended, the others were), and wake when a reader waits on its partition (fetch_wake_v1). A malformed request, or any error that is not a refusal, fails the whole call.';
+  'Produce up to 64 batches, to any partitions, in one database transaction (Kafka''s ProduceRequest): batch b is p_counts[b] records of the concatenated keys/values/headers/timestamps, at p_base_sequences[b], each appended as produce_v2 does. One row per batch, in order: its offsets (duplicate for a retry of an appended batch), or error_code/error_message when the store refused that batch (an OL code; nothing of it was appended, the others were), and wake, when a reader waits on its partition, the token that wakes it (topic_id:partition: NOTIFY the schema''s channel, wake_channel_v1(), with it). A malformed request, or any error that is not a refusal, fails the whole call.';
 
-CREATE OR REPLACE FUNCTION produce_end_txn_v3(p_transactional_id text, p_producer_id bigint, p_producer_epoch smallint, p_txn_number bigint, p_topics text[], p_partitions integer[], p_base_sequences integer[], p_counts integer[], p_keys bytea[], p_values bytea[], p_headers jsonb[], p_timestamps timestamp with time zone[], p_group_id text, p_member_id text, p_group_instance_id text, p_generation integer, p_offset_topics text[], p_offset_partitions integer[], p_offsets bigint[], p_offset_metadata text[], OUT base_offsets bigint[], OUT last_offsets bigint[], OUT log_append_times timestamp with time zone[], OUT duplicates boolean[], OUT outcome text, OUT wake_topics text[], OUT wake_partitions integer[])
+CREATE OR REPLACE FUNCTION produce_end_txn_v3(p_transactional_id text, p_producer_id bigint, p_producer_epoch smallint, p_txn_number bigint, p_topics text[], p_partitions integer[], p_base_sequences integer[], p_counts integer[], p_keys bytea[], p_values bytea[], p_headers jsonb[], p_timestamps timestamp with time zone[], p_group_id text, p_member_id text, p_group_instance_id text, p_generation integer, p_offset_topics text[], p_offset_partitions integer[], p_offsets bigint[], p_offset_metadata text[], OUT base_offsets bigint[], OUT last_offsets bigint[], OUT log_append_times timestamp with time zone[], OUT duplicates boolean[], OUT outcome text, OUT wake text[])
  RETURNS record
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -959,12 +959,12 @@ BEGIN
                             p_member_id, p_group_instance_id, p_generation, p_offset_topics, p_offset_partitions,
                             p_offsets, p_offset_metadata);
     IF outcome = 'committed' THEN
-        SELECT w.topics, w.partitions INTO wake_topics, wake_partitions FROM txn_waiters_v1(p_producer_id, p_txn_number) w;
+        wake := txn_waiters_v1(p_producer_id, p_txn_number);
     END IF;
 END
 $fn$;
 COMMENT ON FUNCTION produce_end_txn_v3(p_transactional_id text, p_producer_id bigint, p_producer_epoch smallint, p_txn_number bigint, p_topics text[], p_partitions integer[], p_base_sequences integer[], p_counts integer[], p_keys bytea[], p_values bytea[], p_headers jsonb[], p_timestamps timestamp with time zone[], p_group_id text, p_member_id text, p_group_instance_id text, p_generation integer, p_offset_topics text[], p_offset_partitions integer[], p_offsets bigint[], p_offset_metadata text[]) IS
-  'produce_end_txn_v2, and the partitions of a commit on which a read_committed reader waits (wake_topics, wake_partitions: the caller wakes them with fetch_wake_v1, outside this transaction).';
+  'produce_end_txn_v2, and the tokens (topic_id:partition) of the partitions of a commit on which a read_committed reader waits: the caller wakes them, outside this transaction, with a NOTIFY on the schema''s channel (wake_channel_v1()).';
 
 CREATE OR REPLACE FUNCTION wake_channel_v1()
  RETURNS text
@@ -977,44 +977,48 @@ AS $fn$
     SELECT 'oncelog_wake_' || n.oid FROM pg_namespace n WHERE n.nspname = current_schema()
 $fn$;
 COMMENT ON FUNCTION wake_channel_v1() IS
-  'Internal: the LISTEN/NOTIFY channel on which this schema''s waiting readers are woken.';
+  'The LISTEN/NOTIFY channel on which this schema''s waiting readers are woken: a producer NOTIFYs it with the wake tokens (topic_id:partition, comma-separated) a write answered with.';
 
 CREATE OR REPLACE FUNCTION fetch_waiting_v1(p_topic text, p_partition integer, p_committed boolean, p_uncommitted boolean)
- RETURNS boolean
+ RETURNS text
  LANGUAGE plpgsql
  STABLE
  SET search_path FROM CURRENT
 AS $fn$
+DECLARE
+    v_token text;
 BEGIN
-    RETURN EXISTS (
-        SELECT 1 FROM fetch_waiters w JOIN topics t ON t.topic_id = w.topic_id
-        WHERE t.name = p_topic AND w.partition = p_partition
-          AND ((p_committed AND w.committed_until > server_now_v1())
-               OR (p_uncommitted AND w.uncommitted_until > server_now_v1())));
+    SELECT t.topic_id || ':' || w.partition INTO v_token
+    FROM fetch_waiters w JOIN topics t ON t.topic_id = w.topic_id
+    WHERE t.name = p_topic AND w.partition = p_partition
+      AND ((p_committed AND w.committed_until > server_now_v1())
+           OR (p_uncommitted AND w.uncommitted_until > server_now_v1()));
+    RETURN v_token;
 END
 $fn$;
 COMMENT ON FUNCTION fetch_waiting_v1(p_topic text, p_partition integer, p_committed boolean, p_uncommitted boolean) IS
-  'Internal: whether a read_committed (p_committed) or read_uncommitted (p_uncommitted) reader waits on a partition now.';
+  'Internal: the wake token (topic_id:partition) of a partition on which a read_committed (p_committed) or read_uncommitted (p_uncommitted) reader waits now; NULL if none does.';
 
-CREATE OR REPLACE FUNCTION txn_waiters_v1(p_producer_id bigint, p_txn_number bigint, OUT topics text[], OUT partitions integer[])
- RETURNS record
+CREATE OR REPLACE FUNCTION txn_waiters_v1(p_producer_id bigint, p_txn_number bigint)
+ RETURNS text[]
  LANGUAGE plpgsql
  STABLE
  SET search_path FROM CURRENT
 AS $fn$
+DECLARE
+    v_tokens text[];
 BEGIN
     -- The partitions a committed transaction wrote to (its spans) on which a read_committed
     -- reader waits. Called right after the commit, under the partitions' locks it took.
-    SELECT array_agg(t.name ORDER BY s.topic_id, s.partition), array_agg(s.partition ORDER BY s.topic_id, s.partition)
-    INTO topics, partitions
+    SELECT array_agg(s.topic_id || ':' || s.partition ORDER BY s.topic_id, s.partition) INTO v_tokens
     FROM txn_spans s
-    JOIN topics t ON t.topic_id = s.topic_id
     JOIN fetch_waiters w ON w.topic_id = s.topic_id AND w.partition = s.partition
     WHERE s.producer_id = p_producer_id AND s.txn_number = p_txn_number AND w.committed_until > server_now_v1();
+    RETURN v_tokens;
 END
 $fn$;
-COMMENT ON FUNCTION txn_waiters_v1(p_producer_id bigint, p_txn_number bigint, OUT topics text[], OUT partitions integer[]) IS
-  'Internal: the partitions of a just committed transaction on which a read_committed reader waits.';
+COMMENT ON FUNCTION txn_waiters_v1(p_producer_id bigint, p_txn_number bigint) IS
+  'Internal: the wake tokens (topic_id:partition) of the partitions of a just committed transaction on which a read_committed reader waits.';
 
 CREATE OR REPLACE FUNCTION fetch_wait_v1(p_topics text[], p_partitions integer[], p_read_committed boolean, p_wait_ms integer)
  RETURNS TABLE(channel text, topic text, topic_id integer)
@@ -1071,39 +1075,4 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION fetch_wait_v1(p_topics text[], p_partitions integer[], p_read_committed boolean, p_wait_ms integer) IS
-  'A reader about to wait for records on these partitions (read_committed: for commits; otherwise for appends): registers the wait for p_wait_ms (up to 5 minutes), waits for the appends in flight on them to finish, and LISTENs on the schema''s channel, returned with the topics'' ids. A write that lands on a waited-on partition tells its producer to wake the readers (fetch_wake_v1: a NOTIFY with the payload topic_id:partition). The caller then fetches once more before it waits: what committed before the registration is seen by that fetch, what commits after it wakes the caller.';
-
-CREATE OR REPLACE FUNCTION fetch_wake_v1(p_topics text[], p_partitions integer[])
- RETURNS integer
- LANGUAGE plpgsql
- SECURITY DEFINER
- SET search_path FROM CURRENT
-AS $fn$
-DECLARE
-    v_channel text := wake_channel_v1();
-    v_n integer := 0;
-    r record;
-BEGIN
-    IF coalesce(cardinality(p_topics), 0) <> coalesce(cardinality(p_partitions), 0)
-       OR coalesce(cardinality(p_topics), 0) > 10000 THEN
-        RAISE EXCEPTION USING ERRCODE = 'OL000', MESSAGE = 'name 0 to 10000 partitions, as topics and partitions of one length';
-    END IF;
-    IF (SELECT acl_settings.enforce FROM acl_settings) THEN
-        PERFORM acl_require_v1('topic', p_topics, 'write');
-    END IF;
-    -- Called by a producer outside its own transactions, after a write the store said a reader
-    -- waits for: a transaction that queues a notification holds a database-wide lock while it
-    -- commits, and holding it in every producer's commit would serialise them.
-    FOR r IN
-        SELECT DISTINCT t.topic_id, q.partition FROM unnest(p_topics, p_partitions) AS q(topic, partition)
-        JOIN topics t ON t.name = q.topic
-        ORDER BY 1, 2
-    LOOP
-        PERFORM pg_notify(v_channel, r.topic_id || ':' || r.partition);
-        v_n := v_n + 1;
-    END LOOP;
-    RETURN v_n;
-END
-$fn$;
-COMMENT ON FUNCTION fetch_wake_v1(p_topics text[], p_partitions integer[]) IS
-  'Wakes the readers waiting on these partitions (fetch_wait_v1): one NOTIFY per partition, payload topic_id:partition. Called by producers after a write the store said a reader waits for, outside the write''s transaction. Needs write access to the topics while ACLs are enforced. Returns the number of notifications sent.';
+  'A reader about to wait for records on these partitions (read_committed: for commits; otherwise for appends): registers the wait for p_wait_ms (up to 5 minutes), waits for the appends in flight on them to finish, and LISTENs on the schema''s channel, returned with the topics'' ids. A write that lands on a waited-on partition answers its producer with the partition''s wake token (topic_id:partition), which the producer NOTIFYs on the channel, outside the write''s transaction. The caller then fetches once more before it waits: what committed before the registration is seen by that fetch, what commits after it wakes the caller.';

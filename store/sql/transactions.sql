@@ -255,7 +255,7 @@ $fn$;
 COMMENT ON FUNCTION end_txn_v1(p_transactional_id text, p_producer_id bigint, p_epoch smallint, p_txn_number bigint, p_commit boolean) IS
   'EndTxn: commits or aborts transaction p_txn_number in one database transaction. Returns committed, aborted, already_committed / already_aborted (a retry), timed_out (the commit came too late; the transaction was aborted and the epoch bumped), or aborted_timed_out / already_aborted_timed_out (an abort of a transaction past its timeout: the epoch was bumped, re-initialise). Abort after commit, or a call naming another transaction: OL303.';
 
-CREATE OR REPLACE FUNCTION end_txn_v2(p_transactional_id text, p_producer_id bigint, p_epoch smallint, p_txn_number bigint, p_commit boolean, OUT outcome text, OUT wake_topics text[], OUT wake_partitions integer[])
+CREATE OR REPLACE FUNCTION end_txn_v2(p_transactional_id text, p_producer_id bigint, p_epoch smallint, p_txn_number bigint, p_commit boolean, OUT outcome text, OUT wake text[])
  RETURNS record
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -264,12 +264,12 @@ AS $fn$
 BEGIN
     outcome := end_txn_v1(p_transactional_id, p_producer_id, p_epoch, p_txn_number, p_commit);
     IF outcome = 'committed' THEN
-        SELECT w.topics, w.partitions INTO wake_topics, wake_partitions FROM txn_waiters_v1(p_producer_id, p_txn_number) w;
+        wake := txn_waiters_v1(p_producer_id, p_txn_number);
     END IF;
 END
 $fn$;
-COMMENT ON FUNCTION end_txn_v2(p_transactional_id text, p_producer_id bigint, p_epoch smallint, p_txn_number bigint, p_commit boolean, OUT outcome text, OUT wake_topics text[], OUT wake_partitions integer[]) IS
-  'end_txn_v1, and the partitions of a commit on which a read_committed reader waits (wake_topics, wake_partitions: the caller wakes them with fetch_wake_v1, outside this transaction).';
+COMMENT ON FUNCTION end_txn_v2(p_transactional_id text, p_producer_id bigint, p_epoch smallint, p_txn_number bigint, p_commit boolean, OUT outcome text, OUT wake text[]) IS
+  'end_txn_v1, and the tokens (topic_id:partition) of the partitions of a commit on which a read_committed reader waits: the caller wakes them, outside this transaction, with a NOTIFY on the schema''s channel (wake_channel_v1()).';
 
 CREATE OR REPLACE FUNCTION abort_transaction_v1(p_transactional_id text)
  RETURNS void

@@ -1,6 +1,6 @@
 """Waking waiting readers (migration 0020): a reader registers its wait and LISTENs
-(fetch_wait_v1); a write to a waited-on partition says so in its answer, and the writer wakes the
-reader with fetch_wake_v1, a NOTIFY outside the write's transaction. Tried as separate login roles
+(fetch_wait_v1); a write to a waited-on partition answers with the partition's wake token, and the
+writer wakes the reader with a NOTIFY of it, outside the write's transaction. Tried as separate login roles
 with ACLs on, with real concurrent sessions."""
 
 from __future__ import annotations
@@ -63,23 +63,42 @@ def _woken(conn: sa.Connection, registration: WaitRegistration, seconds: float) 
     return log.await_wakeup(conn, registration, seconds)
 
 
-def test_a_write_to_a_waited_on_partition_wakes_the_reader(writer: Principal, reader: Principal) -> None:
+def _wake(who: Principal, tokens: list[str]) -> int:
+    def send(conn: sa.Connection) -> int:
+        return log.wake_readers(conn, log.wake_channel(conn), tokens)
+
+    sent: int = who.call(send)
+    return sent
+
+
+def _token_of(engine: sa.Engine, partition: int) -> str:
+    with engine.connect() as conn:
+        topic_id = conn.exec_driver_sql(f"SELECT topic_id FROM topics WHERE name = '{TOPIC}'").scalar_one()
+    return f"{topic_id}:{partition}"
+
+
+def test_a_write_to_a_waited_on_partition_wakes_the_reader(
+    writer: Principal, reader: Principal, engine: sa.Engine
+) -> None:
     with reader.engine.connect() as listening:
         registration = log.fetch_wait(listening, [(TOPIC, 1)], read_committed=True, wait_ms=60_000)
-        assert not _write(writer, 0).wake, "nobody waits on partition 0"
+        assert registration.tokens == {_token_of(engine, 1)}
+        assert _write(writer, 0).wake is None, "nobody waits on partition 0"
         answer = _write(writer, 1)
-        assert answer.wake
+        assert answer.wake == _token_of(engine, 1)
         assert not _woken(listening, registration, 0.05), "no NOTIFY yet: the writer sends it"
-        assert writer.call(log.fetch_wake, partitions=[(TOPIC, 1)]) == 1
+        assert _wake(writer, [answer.wake]) == 1
         assert _woken(listening, registration, WAIT)
 
 
-def test_a_wake_up_for_another_partition_is_passed_over(writer: Principal, reader: Principal) -> None:
+def test_a_wake_up_for_another_partition_is_passed_over(
+    writer: Principal, reader: Principal, engine: sa.Engine
+) -> None:
     with reader.engine.connect() as listening:
         registration = log.fetch_wait(listening, [(TOPIC, 1)], read_committed=False, wait_ms=60_000)
-        writer.call(log.fetch_wake, partitions=[(TOPIC, 2)])
+        _wake(writer, [_token_of(engine, 2)])
         assert not _woken(listening, registration, 0.3)
-        writer.call(log.fetch_wake, partitions=[(TOPIC, 2), (TOPIC, 1)])
+        _wake(writer, [_token_of(engine, 2), _token_of(engine, 1)])  # one NOTIFY, both tokens
         assert _woken(listening, registration, WAIT)
 
 
@@ -94,18 +113,18 @@ def test_transactions_wake_read_uncommitted_on_append_and_read_committed_on_comm
             log.produce_batches, batches=[ProduceBatch(TOPIC, 0, 0, [RecordIn(b"a")])],
             producer_id=ident.producer_id, producer_epoch=ident.epoch, transactional_id="tx", txn_number=n,
         )  # fmt: skip
-        assert isinstance(appended, ProduceResult) and not appended.wake, "read_committed waits for the commit"
+        assert isinstance(appended, ProduceResult) and appended.wake is None, "read_committed waits for the commit"
         log.fetch_wait(c2, [(TOPIC, 0)], read_committed=False, wait_ms=60_000)
         (again,) = writer.call(
             log.produce_batches, batches=[ProduceBatch(TOPIC, 0, 1, [RecordIn(b"b")])],
             producer_id=ident.producer_id, producer_epoch=ident.epoch, transactional_id="tx", txn_number=n,
         )  # fmt: skip
-        assert isinstance(again, ProduceResult) and again.wake, "read_uncommitted reads the append"
+        assert isinstance(again, ProduceResult) and again.wake == _token_of(engine, 0), "read_uncommitted reads it"
         outcome, wake = writer.call(
             txn.end_txn_waking, transactional_id="tx", producer_id=ident.producer_id, epoch=ident.epoch,
             txn_number=n, commit=True,
         )  # fmt: skip
-        assert (outcome, wake) == ("committed", [(TOPIC, 0)])
+        assert (outcome, wake) == ("committed", [_token_of(engine, 0)])
         # A retry of the commit wakes nobody again; an abort wakes nobody at all.
         assert writer.call(
             txn.end_txn_waking, transactional_id="tx", producer_id=ident.producer_id, epoch=ident.epoch,
@@ -113,7 +132,9 @@ def test_transactions_wake_read_uncommitted_on_append_and_read_committed_on_comm
         ) == ("already_committed", [])  # fmt: skip
 
 
-def test_the_one_round_trip_commit_names_its_waited_on_partitions(writer: Principal, reader: Principal) -> None:
+def test_the_one_round_trip_commit_names_its_waited_on_partitions(
+    writer: Principal, reader: Principal, engine: sa.Engine
+) -> None:
     with reader.engine.connect() as listening:
         log.fetch_wait(listening, [(TOPIC, 2), (TOPIC, 3)], read_committed=True, wait_ms=60_000)
         ident = writer.call(txn.init_producer_id, transactional_id="tx", transaction_timeout_ms=60_000)
@@ -122,7 +143,7 @@ def test_the_one_round_trip_commit_names_its_waited_on_partitions(writer: Princi
             producer_epoch=ident.epoch, txn_number=ident.txn_number + 1,
             batches=[ProduceBatch(TOPIC, p, 0, [RecordIn(b"x")]) for p in (3, 1)],
         )  # fmt: skip
-        assert (done.outcome, done.wake) == ("committed", [(TOPIC, 3)])
+        assert (done.outcome, done.wake) == ("committed", [_token_of(engine, 3)])
 
 
 def test_a_registration_lasts_as_long_as_its_wait(writer: Principal, reader: Principal, engine: sa.Engine) -> None:
@@ -131,16 +152,47 @@ def test_a_registration_lasts_as_long_as_its_wait(writer: Principal, reader: Pri
         with server_time(owner, start), reader.engine.connect() as listening:
             log.fetch_wait(listening, [(TOPIC, 0)], read_committed=True, wait_ms=1000)
         with server_time(owner, start + timedelta(milliseconds=900)):
-            assert _write(writer, 0).wake
+            assert _write(writer, 0).wake is not None
         with server_time(owner, start + timedelta(milliseconds=1100)):
-            assert not _write(writer, 0).wake, "the reader stopped waiting"
+            assert _write(writer, 0).wake is None, "the reader stopped waiting"
 
 
-def test_a_reader_without_read_access_cannot_wait_and_a_stranger_cannot_wake(outsider: Principal) -> None:
+def test_a_reader_without_read_access_cannot_wait(outsider: Principal) -> None:
     with pytest.raises(errors.TopicAuthorizationError):
         outsider.call(log.fetch_wait, partitions=[(TOPIC, 0)], read_committed=True, wait_ms=1000)
-    with pytest.raises(errors.TopicAuthorizationError):
-        outsider.call(log.fetch_wake, partitions=[(TOPIC, 0)])
+
+
+def test_a_flood_of_wake_ups_costs_a_waiting_consumer_one_fetch_per_5_ms_at_most(
+    outsider: Principal, engine: sa.Engine, db_url: str
+) -> None:
+    # Any role may NOTIFY (PostgreSQL checks nothing): a stranger floods the channel with the
+    # token of the partition a consumer waits on. Counted, not timed: over the poll, the consumer
+    # fetches at most once per 5 ms it spent (plus the fetches of registering).
+    token = _token_of(engine, 0)
+    stop = threading.Event()
+
+    def flood() -> None:
+        def send(conn: sa.Connection) -> None:
+            channel = log.wake_channel(conn)
+            while not stop.is_set():
+                log.wake_readers(conn, channel, [token])
+
+        outsider.call(send)
+
+    with Consumer(db_url, fetch_max_backoff_ms=60_000, fetch_min_backoff_ms=60_000) as consumer:
+        consumer.assign([TopicPartition(TOPIC, 0)])
+        consumer.seek(TopicPartition(TOPIC, 0), 0)
+        t = threading.Thread(target=flood)
+        t.start()
+        try:
+            started = time.monotonic()
+            assert consumer.poll(1.0) == []
+            spent = time.monotonic() - started
+        finally:
+            stop.set()
+            t.join(WAIT)
+        fetches = consumer.metrics()["fetch_total"]
+    assert fetches <= 2 + spent / 0.005 + 1, (fetches, spent)
 
 
 @pytest.mark.parametrize("wait_ms", [-1, 300_001])
@@ -169,7 +221,7 @@ def test_registering_waits_out_the_append_in_flight_so_the_next_fetch_sees_it(
             "SELECT wake FROM produce_batches_v1(NULL, NULL, NULL, NULL, '{t}', '{0}', NULL, '{1}', "
             "'{NULL}'::bytea[], '{late}'::bytea[], NULL, NULL)"
         ).fetchone()
-        assert row is not None and row[0] is False, "nobody waited yet"
+        assert row is not None and row[0] is None, "nobody waited yet"
         registered = threading.Event()
         failures: list[BaseException] = []
         with reader.engine.connect() as listening:
@@ -212,13 +264,13 @@ def test_a_reader_keeping_its_registration_open_holds_no_writer_up(writer: Princ
 def test_a_notify_is_queued_while_the_reader_runs_other_statements(writer: Principal, reader: Principal) -> None:
     with reader.engine.connect() as listening:
         registration = log.fetch_wait(listening, [(TOPIC, 0)], read_committed=True, wait_ms=60_000)
-        writer.call(log.fetch_wake, partitions=[(TOPIC, 0)])
+        _wake(writer, list(registration.tokens))
         log.fetch_many(listening, {(TOPIC, 0): 0})  # the notification arrives meanwhile
         assert _woken(listening, registration, WAIT)
         log.drain_wakeups(listening)
         assert not _woken(listening, registration, 0.05), "drained"
         log.stop_waiting(listening)
-        writer.call(log.fetch_wake, partitions=[(TOPIC, 0)])
+        _wake(writer, list(registration.tokens))
         assert not _woken(listening, registration, 0.3), "no longer listening"
 
 
@@ -297,3 +349,29 @@ def test_a_producer_told_not_to_wake_readers_sends_no_wake_up(engine: sa.Engine,
             waking.send(TOPIC, b"b", partition=0).result(WAIT)
         # The waker sends from its own thread; close() waited for it.
         assert waking.metrics()["reader_wakeup_total"] == 1
+
+
+def test_a_consumer_that_keeps_polling_registers_once_per_validity_and_again_for_new_partitions(
+    engine: sa.Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"SELECT create_topic_v1('{TOPIC}', 2)")
+    registered: list[list[tuple[str, int]]] = []
+    real = log.fetch_wait
+
+    def counting(conn: sa.Connection, partitions: Any, **kwargs: Any) -> WaitRegistration:
+        registered.append(list(partitions))
+        return real(conn, partitions, **kwargs)
+
+    monkeypatch.setattr(log, "fetch_wait", counting)
+    with Consumer(db_url) as consumer:
+        consumer.assign([TopicPartition(TOPIC, 0)])
+        consumer.seek(TopicPartition(TOPIC, 0), 0)
+        for _ in range(3):
+            assert consumer.poll(0.05) == []
+        assert registered == [[(TOPIC, 0)]], "one registration for three polls"
+        consumer.assign([TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)])
+        for tp in consumer.assignment():
+            consumer.seek(tp, 0)
+        assert consumer.poll(0.05) == []
+        assert registered[-1] == [(TOPIC, 0), (TOPIC, 1)] and len(registered) == 2

@@ -5,7 +5,7 @@ KIP-360 bump (init_producer_id_v1, init_transactional_producer_id_v1), produce_v
 sequence rules with duplicate detection, produce_batches_v1's request of many batches each
 answered on its own, EndTxn and the commit that carries the queued batches and the consumer
 offsets (produce_end_txn_v3), all or nothing, with their answers to a retry, and the partitions
-on which a reader waits (``waiting``), which the answers name for waking (``fetch_wake``).
+on which a reader waits (``waiting``), whose wake tokens the answers carry (``wake_readers``).
 What the database itself decides (locks, visibility, expiry) is proven by the database tests;
 here only the client's reactions are.
 
@@ -36,6 +36,11 @@ from oncelog.store.records import (
     TxnOffsets,
 )
 from oncelog.store.txn import TransactionalIdentity
+
+
+def _token(topic: str, partition: int, waiting: set[tuple[str, int]]) -> str | None:
+    """The fake's wake token of a partition a reader waits on (the store's is topic_id:partition)."""
+    return f"{topic}:{partition}" if (topic, partition) in waiting else None
 
 
 @dataclass
@@ -89,8 +94,8 @@ class FakeStore:
     offsets_committed: list[TxnOffsets] = field(default_factory=list)
     #: Partitions on which a reader waits: writes to them are answered with a wake-up to send.
     waiting: set[tuple[str, int]] = field(default_factory=set)
-    #: The partitions of every fetch_wake call, in order.
-    woken: list[list[tuple[str, int]]] = field(default_factory=list)
+    #: The tokens of every wake_readers call, in order.
+    woken: list[list[str]] = field(default_factory=list)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     # --- test controls ---------------------------------------------------------------------------
@@ -244,7 +249,7 @@ class FakeStore:
             self.batches[(pid, topic, partition)].append(_Appended(pid, epoch, seq, base, len(records)))
         # A transaction's records wake read_uncommitted readers only; its commit wakes the others
         # (which the fake does not tell apart: a waiting partition is woken by either).
-        return ProduceResult(base, base + len(records) - 1, now, False, (topic, partition) in self.waiting)
+        return ProduceResult(base, base + len(records) - 1, now, False, _token(topic, partition, self.waiting))
 
     def produce_offsets_end_txn(
         self,
@@ -316,7 +321,7 @@ class FakeStore:
 
     def end_txn(
         self, conn: object, *, transactional_id: str, producer_id: int, epoch: int, txn_number: int, commit: bool
-    ) -> tuple[str, list[tuple[str, int]]]:
+    ) -> tuple[str, list[str]]:
         args = {"transactional_id": transactional_id, "txn_number": txn_number, "commit": commit}
         with self._call("end_txn", args):
             current, _ = self.producers[producer_id]
@@ -325,11 +330,11 @@ class FakeStore:
             outcome = self._end(transactional_id, txn_number, commit=commit)
             return outcome, self._woken_by(transactional_id, outcome)
 
-    def _woken_by(self, tid: str, outcome: str) -> list[tuple[str, int]]:
-        """The waiting partitions a commit wrote to (none for anything but a commit); the
-        transaction's partitions are forgotten once it ended."""
+    def _woken_by(self, tid: str, outcome: str) -> list[str]:
+        """The wake tokens of the waiting partitions a commit wrote to (none for anything but a
+        commit); the transaction's partitions are forgotten once it ended."""
         txn = self.txn_ids[tid]
-        wake = sorted(txn.partitions & self.waiting) if outcome == "committed" else []
+        wake = [f"{t}:{p}" for t, p in sorted(txn.partitions & self.waiting)] if outcome == "committed" else []
         if txn.open is None:
             txn.partitions = set()
         return wake
@@ -351,10 +356,14 @@ class FakeStore:
         with self._call("txn_offset_commit", args):
             pass
 
-    def fetch_wake(self, conn: object, partitions: Sequence[tuple[str, int]]) -> int:
-        with self._call("fetch_wake", {"partitions": list(partitions)}):
-            self.woken.append(list(partitions))
-            return len(partitions)
+    def wake_channel(self, conn: object) -> str:
+        with self._call("wake_channel", {}):
+            return "fake_wake_channel"
+
+    def wake_readers(self, conn: object, channel: str, tokens: Sequence[str]) -> int:
+        with self._call("wake_readers", {"channel": channel, "tokens": list(tokens)}):
+            self.woken.append(list(tokens))
+            return 1
 
     def committed(self, tid: str, number: int) -> bool:
         """Whether transaction ``number`` of ``tid`` committed."""

@@ -50,8 +50,8 @@ class Harness:
         self.now = 1000.0
         self.store = store or FakeStore()
         self.metrics = CountingMetrics()
-        #: The partitions handed to be woken, one list per wake-up.
-        self.wakes: list[list[tuple[str, int]]] = []
+        #: The wake tokens handed over, one list per wake-up.
+        self.wakes: list[list[str]] = []
         self.manager = TransactionManager(
             self.store,
             transactional_id=transactional_id,
@@ -486,7 +486,7 @@ def test_writes_to_partitions_a_reader_waits_on_are_handed_to_be_woken() -> None
     h.store.waiting = {("t", 1), ("t", 3)}
     futures = [h.send(b"v", partition=p) for p in range(4)]
     h.run_until_done(futures)
-    assert h.wakes == [[("t", 1), ("t", 3)]]
+    assert h.wakes == [["t:1", "t:3"]]
 
 
 def test_a_duplicate_answer_wakes_nobody() -> None:
@@ -505,7 +505,7 @@ def test_a_commit_hands_its_waited_on_partitions_to_be_woken() -> None:
     h.manager.begin_commit()
     h.run_until_done(futures)
     h.manager.finish_commit(None)
-    assert h.wakes == [[("t", 1)]]
+    assert h.wakes == [["t:1"]]
 
 
 def test_an_end_txn_commit_hands_its_waited_on_partitions_to_be_woken() -> None:
@@ -517,7 +517,7 @@ def test_an_end_txn_commit_hands_its_waited_on_partitions_to_be_woken() -> None:
     h.manager.begin_commit()
     h.manager.finish_commit(None)
     assert h.store.count("end_txn") == 1
-    assert h.wakes == [[("t", 0)]]
+    assert h.wakes == [["t:0"]]
 
 
 # --- the accumulator drains every partition -------------------------------------------------

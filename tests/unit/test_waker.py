@@ -27,37 +27,38 @@ def wait_for(condition: Callable[[], bool], what: str) -> None:
 def test_wake_ups_asked_for_while_one_is_on_its_way_go_together_once() -> None:
     store = FakeStore()
     gate, entered = threading.Event(), threading.Event()
-    real = store.fetch_wake
+    real = store.wake_readers
 
-    def slow(conn: object, partitions: Sequence[tuple[str, int]]) -> int:
+    def slow(conn: object, channel: str, tokens: Sequence[str]) -> int:
         entered.set()
         assert gate.wait(WAIT)
-        return real(conn, partitions)
+        return real(conn, channel, tokens)
 
-    store.fetch_wake = slow  # type: ignore[method-assign]
+    store.wake_readers = slow  # type: ignore[method-assign]
     counted: dict[str, float] = {}
     waker = ReaderWaker(store, request_timeout=1.0, metric=lambda name, by: counted.update({name: by}))
-    waker.wake([("t", 0)])
+    waker.wake(["1:0"])
     assert entered.wait(WAIT)
     for p in (2, 1, 2, 1):  # while the first is on its way
-        waker.wake([("t", p)])
+        waker.wake([f"1:{p}"])
     gate.set()
     waker.close(WAIT)
-    assert store.woken == [[("t", 0)], [("t", 1), ("t", 2)]]
-    assert counted == {"reader_wakeup_total": 2}
+    assert store.woken == [["1:0"], ["1:1", "1:2"]], "the second NOTIFY carries both"
+    assert counted == {"reader_wakeup_total": 1}
+    assert store.count("wake_channel") == 1, "the channel is asked for once"
 
 
 def test_a_failed_wake_up_is_forgotten_and_the_next_uses_a_new_connection(caplog: pytest.LogCaptureFixture) -> None:
     store = FakeStore()
-    store.fail("fetch_wake", errors.DatabaseUnavailableError("connection lost"))
+    store.fail("wake_readers", errors.DatabaseUnavailableError("connection lost"))
     waker = ReaderWaker(store, request_timeout=1.0)
     caplog.set_level("DEBUG", logger="oncelog.waker")
-    waker.wake([("t", 0)])
-    wait_for(lambda: store.count("fetch_wake") == 1, "the first wake-up was never tried")
+    waker.wake(["1:0"])
+    wait_for(lambda: store.count("wake_readers") == 1, "the first wake-up was never tried")
     wait_for(lambda: store.released == [True], "the broken connection was not discarded")
-    waker.wake([("t", 1)])
+    waker.wake(["1:1"])
     waker.close(WAIT)
-    assert store.woken == [[("t", 1)]]
+    assert store.woken == [["1:1"]]
     assert "could not wake the readers" in caplog.text
     assert store.released == [True, False]
 
@@ -66,5 +67,5 @@ def test_nothing_starts_before_the_first_wake_up_and_nothing_is_taken_after_clos
     store = FakeStore()
     waker = ReaderWaker(store, request_timeout=1.0)
     waker.close(WAIT)
-    waker.wake([("t", 0)])
+    waker.wake(["1:0"])
     assert store.calls == [] and not any(t.name == "oncelog-reader-waker" for t in threading.enumerate())

@@ -7,7 +7,7 @@ CREATE UNLOGGED TABLE fetch_waiters (
 	CONSTRAINT fk_fetch_waiters_topic_id_partition_partitions FOREIGN KEY(topic_id, partition) REFERENCES partitions (topic_id, partition) ON DELETE CASCADE
 );
 
-COMMENT ON TABLE fetch_waiters IS 'Readers waiting for records (fetch_wait_v1): a write to a partition with a reader waiting tells its producer to wake them (fetch_wake_v1, a NOTIFY outside the producer''s transaction). Unlogged: emptied by a crash, which costs a waiting reader one poll interval.';
+COMMENT ON TABLE fetch_waiters IS 'Readers waiting for records (fetch_wait_v1): a write to a partition with a reader waiting answers its producer with the partition''s wake token, which it NOTIFYs outside the write''s transaction. Unlogged: emptied by a crash, which costs a waiting reader one poll interval.';
 
 COMMENT ON COLUMN fetch_waiters.topic_id IS 'The topic.';
 
@@ -20,7 +20,7 @@ COMMENT ON COLUMN fetch_waiters.uncommitted_until IS 'Until when a read_uncommit
 REVOKE ALL ON TABLE fetch_waiters FROM PUBLIC, @schema@_reader, @schema@_client, @schema@_admin;
 GRANT SELECT ON TABLE fetch_waiters TO @schema@_admin;
 
-CREATE OR REPLACE FUNCTION end_txn_v2(p_transactional_id text, p_producer_id bigint, p_epoch smallint, p_txn_number bigint, p_commit boolean, OUT outcome text, OUT wake_topics text[], OUT wake_partitions integer[])
+CREATE OR REPLACE FUNCTION end_txn_v2(p_transactional_id text, p_producer_id bigint, p_epoch smallint, p_txn_number bigint, p_commit boolean, OUT outcome text, OUT wake text[])
  RETURNS record
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -29,12 +29,12 @@ AS $function$
 BEGIN
     outcome := end_txn_v1(p_transactional_id, p_producer_id, p_epoch, p_txn_number, p_commit);
     IF outcome = 'committed' THEN
-        SELECT w.topics, w.partitions INTO wake_topics, wake_partitions FROM txn_waiters_v1(p_producer_id, p_txn_number) w;
+        wake := txn_waiters_v1(p_producer_id, p_txn_number);
     END IF;
 END
 $function$;
 
-COMMENT ON FUNCTION end_txn_v2(text, bigint, smallint, bigint, boolean) IS 'end_txn_v1, and the partitions of a commit on which a read_committed reader waits (wake_topics, wake_partitions: the caller wakes them with fetch_wake_v1, outside this transaction).';
+COMMENT ON FUNCTION end_txn_v2(text, bigint, smallint, bigint, boolean) IS 'end_txn_v1, and the tokens (topic_id:partition) of the partitions of a commit on which a read_committed reader waits: the caller wakes them, outside this transaction, with a NOTIFY on the schema''s channel (wake_channel_v1()).';
 
 REVOKE ALL ON FUNCTION end_txn_v2(text, bigint, smallint, bigint, boolean) FROM PUBLIC;
 
@@ -95,72 +95,36 @@ BEGIN
 END
 $function$;
 
-COMMENT ON FUNCTION fetch_wait_v1(text[], integer[], boolean, integer) IS 'A reader about to wait for records on these partitions (read_committed: for commits; otherwise for appends): registers the wait for p_wait_ms (up to 5 minutes), waits for the appends in flight on them to finish, and LISTENs on the schema''s channel, returned with the topics'' ids. A write that lands on a waited-on partition tells its producer to wake the readers (fetch_wake_v1: a NOTIFY with the payload topic_id:partition). The caller then fetches once more before it waits: what committed before the registration is seen by that fetch, what commits after it wakes the caller.';
+COMMENT ON FUNCTION fetch_wait_v1(text[], integer[], boolean, integer) IS 'A reader about to wait for records on these partitions (read_committed: for commits; otherwise for appends): registers the wait for p_wait_ms (up to 5 minutes), waits for the appends in flight on them to finish, and LISTENs on the schema''s channel, returned with the topics'' ids. A write that lands on a waited-on partition answers its producer with the partition''s wake token (topic_id:partition), which the producer NOTIFYs on the channel, outside the write''s transaction. The caller then fetches once more before it waits: what committed before the registration is seen by that fetch, what commits after it wakes the caller.';
 
 REVOKE ALL ON FUNCTION fetch_wait_v1(text[], integer[], boolean, integer) FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION fetch_wait_v1(text[], integer[], boolean, integer) TO @schema@_client, @schema@_admin;
 
 CREATE OR REPLACE FUNCTION fetch_waiting_v1(p_topic text, p_partition integer, p_committed boolean, p_uncommitted boolean)
- RETURNS boolean
+ RETURNS text
  LANGUAGE plpgsql
  STABLE
  SET search_path FROM CURRENT
 AS $function$
+DECLARE
+    v_token text;
 BEGIN
-    RETURN EXISTS (
-        SELECT 1 FROM fetch_waiters w JOIN topics t ON t.topic_id = w.topic_id
-        WHERE t.name = p_topic AND w.partition = p_partition
-          AND ((p_committed AND w.committed_until > server_now_v1())
-               OR (p_uncommitted AND w.uncommitted_until > server_now_v1())));
+    SELECT t.topic_id || ':' || w.partition INTO v_token
+    FROM fetch_waiters w JOIN topics t ON t.topic_id = w.topic_id
+    WHERE t.name = p_topic AND w.partition = p_partition
+      AND ((p_committed AND w.committed_until > server_now_v1())
+           OR (p_uncommitted AND w.uncommitted_until > server_now_v1()));
+    RETURN v_token;
 END
 $function$;
 
-COMMENT ON FUNCTION fetch_waiting_v1(text, integer, boolean, boolean) IS 'Internal: whether a read_committed (p_committed) or read_uncommitted (p_uncommitted) reader waits on a partition now.';
+COMMENT ON FUNCTION fetch_waiting_v1(text, integer, boolean, boolean) IS 'Internal: the wake token (topic_id:partition) of a partition on which a read_committed (p_committed) or read_uncommitted (p_uncommitted) reader waits now; NULL if none does.';
 
 REVOKE ALL ON FUNCTION fetch_waiting_v1(text, integer, boolean, boolean) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION fetch_wake_v1(p_topics text[], p_partitions integer[])
- RETURNS integer
- LANGUAGE plpgsql
- SECURITY DEFINER
- SET search_path FROM CURRENT
-AS $function$
-DECLARE
-    v_channel text := wake_channel_v1();
-    v_n integer := 0;
-    r record;
-BEGIN
-    IF coalesce(cardinality(p_topics), 0) <> coalesce(cardinality(p_partitions), 0)
-       OR coalesce(cardinality(p_topics), 0) > 10000 THEN
-        RAISE EXCEPTION USING ERRCODE = 'OL000', MESSAGE = 'name 0 to 10000 partitions, as topics and partitions of one length';
-    END IF;
-    IF (SELECT acl_settings.enforce FROM acl_settings) THEN
-        PERFORM acl_require_v1('topic', p_topics, 'write');
-    END IF;
-    -- Called by a producer outside its own transactions, after a write the store said a reader
-    -- waits for: a transaction that queues a notification holds a database-wide lock while it
-    -- commits, and holding it in every producer's commit would serialise them.
-    FOR r IN
-        SELECT DISTINCT t.topic_id, q.partition FROM unnest(p_topics, p_partitions) AS q(topic, partition)
-        JOIN topics t ON t.name = q.topic
-        ORDER BY 1, 2
-    LOOP
-        PERFORM pg_notify(v_channel, r.topic_id || ':' || r.partition);
-        v_n := v_n + 1;
-    END LOOP;
-    RETURN v_n;
-END
-$function$;
-
-COMMENT ON FUNCTION fetch_wake_v1(text[], integer[]) IS 'Wakes the readers waiting on these partitions (fetch_wait_v1): one NOTIFY per partition, payload topic_id:partition. Called by producers after a write the store said a reader waits for, outside the write''s transaction. Needs write access to the topics while ACLs are enforced. Returns the number of notifications sent.';
-
-REVOKE ALL ON FUNCTION fetch_wake_v1(text[], integer[]) FROM PUBLIC;
-
-GRANT EXECUTE ON FUNCTION fetch_wake_v1(text[], integer[]) TO @schema@_client, @schema@_admin;
-
 CREATE OR REPLACE FUNCTION produce_batches_v1(p_producer_id bigint, p_producer_epoch smallint, p_transactional_id text, p_txn_number bigint, p_topics text[], p_partitions integer[], p_base_sequences integer[], p_counts integer[], p_keys bytea[], p_values bytea[], p_headers jsonb[], p_timestamps timestamp with time zone[])
- RETURNS TABLE(base_offset bigint, last_offset bigint, log_append_time timestamp with time zone, duplicate boolean, error_code text, error_message text, wake boolean)
+ RETURNS TABLE(base_offset bigint, last_offset bigint, log_append_time timestamp with time zone, duplicate boolean, error_code text, error_message text, wake text)
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path FROM CURRENT
@@ -198,7 +162,7 @@ BEGIN
                                         p_base_sequences[1], p_keys, p_values, p_headers, p_timestamps,
                                         p_transactional_id, p_txn_number);
         RETURN QUERY SELECT r.base_offset, r.last_offset, r.log_append_time, r.duplicate, NULL::text, NULL::text,
-                            NOT r.duplicate AND fetch_waiting_v1(p_topics[1], p_partitions[1], NOT v_txn, true);
+                            CASE WHEN NOT r.duplicate THEN fetch_waiting_v1(p_topics[1], p_partitions[1], NOT v_txn, true) END;
         RETURN;
     END IF;
     IF coalesce(cardinality(p_partitions), 0) <> v_batches OR coalesce(cardinality(p_counts), 0) <> v_batches
@@ -257,7 +221,7 @@ BEGIN
             error_message := NULL;
             -- Checked under the partition's lock (held since above): see fetch_wait_v1. A
             -- transaction's records wake read_uncommitted readers only; its commit wakes the others.
-            wake := NOT r.duplicate AND fetch_waiting_v1(p_topics[b], p_partitions[b], NOT v_txn, true);
+            wake := CASE WHEN NOT r.duplicate THEN fetch_waiting_v1(p_topics[b], p_partitions[b], NOT v_txn, true) END;
         EXCEPTION WHEN OTHERS THEN
             IF SQLSTATE NOT LIKE 'OL%' THEN
                 RAISE;
@@ -268,7 +232,7 @@ BEGIN
             duplicate := NULL;
             error_code := SQLSTATE;
             error_message := SQLERRM;
-            wake := false;
+            wake := NULL;
         END;
         RETURN NEXT;
         v_from := v_to + 1;
@@ -276,13 +240,13 @@ BEGIN
 END
 $function$;
 
-COMMENT ON FUNCTION produce_batches_v1(bigint, smallint, text, bigint, text[], integer[], integer[], integer[], bytea[], bytea[], jsonb[], timestamp with time zone[]) IS 'Produce up to 64 batches, to any partitions, in one database transaction (Kafka''s ProduceRequest): batch b is p_counts[b] records of the concatenated keys/values/headers/timestamps, at p_base_sequences[b], each appended as produce_v2 does. One row per batch, in order: its offsets (duplicate for a retry of an appended batch), or error_code/error_message when the store refused that batch (an OL code; nothing of it was appended, the others were), and wake when a reader waits on its partition (fetch_wake_v1). A malformed request, or any error that is not a refusal, fails the whole call.';
+COMMENT ON FUNCTION produce_batches_v1(bigint, smallint, text, bigint, text[], integer[], integer[], integer[], bytea[], bytea[], jsonb[], timestamp with time zone[]) IS 'Produce up to 64 batches, to any partitions, in one database transaction (Kafka''s ProduceRequest): batch b is p_counts[b] records of the concatenated keys/values/headers/timestamps, at p_base_sequences[b], each appended as produce_v2 does. One row per batch, in order: its offsets (duplicate for a retry of an appended batch), or error_code/error_message when the store refused that batch (an OL code; nothing of it was appended, the others were), and wake, when a reader waits on its partition, the token that wakes it (topic_id:partition: NOTIFY the schema''s channel, wake_channel_v1(), with it). A malformed request, or any error that is not a refusal, fails the whole call.';
 
 REVOKE ALL ON FUNCTION produce_batches_v1(bigint, smallint, text, bigint, text[], integer[], integer[], integer[], bytea[], bytea[], jsonb[], timestamp with time zone[]) FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION produce_batches_v1(bigint, smallint, text, bigint, text[], integer[], integer[], integer[], bytea[], bytea[], jsonb[], timestamp with time zone[]) TO @schema@_client, @schema@_admin;
 
-CREATE OR REPLACE FUNCTION produce_end_txn_v3(p_transactional_id text, p_producer_id bigint, p_producer_epoch smallint, p_txn_number bigint, p_topics text[], p_partitions integer[], p_base_sequences integer[], p_counts integer[], p_keys bytea[], p_values bytea[], p_headers jsonb[], p_timestamps timestamp with time zone[], p_group_id text, p_member_id text, p_group_instance_id text, p_generation integer, p_offset_topics text[], p_offset_partitions integer[], p_offsets bigint[], p_offset_metadata text[], OUT base_offsets bigint[], OUT last_offsets bigint[], OUT log_append_times timestamp with time zone[], OUT duplicates boolean[], OUT outcome text, OUT wake_topics text[], OUT wake_partitions integer[])
+CREATE OR REPLACE FUNCTION produce_end_txn_v3(p_transactional_id text, p_producer_id bigint, p_producer_epoch smallint, p_txn_number bigint, p_topics text[], p_partitions integer[], p_base_sequences integer[], p_counts integer[], p_keys bytea[], p_values bytea[], p_headers jsonb[], p_timestamps timestamp with time zone[], p_group_id text, p_member_id text, p_group_instance_id text, p_generation integer, p_offset_topics text[], p_offset_partitions integer[], p_offsets bigint[], p_offset_metadata text[], OUT base_offsets bigint[], OUT last_offsets bigint[], OUT log_append_times timestamp with time zone[], OUT duplicates boolean[], OUT outcome text, OUT wake text[])
  RETURNS record
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -295,36 +259,37 @@ BEGIN
                             p_member_id, p_group_instance_id, p_generation, p_offset_topics, p_offset_partitions,
                             p_offsets, p_offset_metadata);
     IF outcome = 'committed' THEN
-        SELECT w.topics, w.partitions INTO wake_topics, wake_partitions FROM txn_waiters_v1(p_producer_id, p_txn_number) w;
+        wake := txn_waiters_v1(p_producer_id, p_txn_number);
     END IF;
 END
 $function$;
 
-COMMENT ON FUNCTION produce_end_txn_v3(text, bigint, smallint, bigint, text[], integer[], integer[], integer[], bytea[], bytea[], jsonb[], timestamp with time zone[], text, text, text, integer, text[], integer[], bigint[], text[]) IS 'produce_end_txn_v2, and the partitions of a commit on which a read_committed reader waits (wake_topics, wake_partitions: the caller wakes them with fetch_wake_v1, outside this transaction).';
+COMMENT ON FUNCTION produce_end_txn_v3(text, bigint, smallint, bigint, text[], integer[], integer[], integer[], bytea[], bytea[], jsonb[], timestamp with time zone[], text, text, text, integer, text[], integer[], bigint[], text[]) IS 'produce_end_txn_v2, and the tokens (topic_id:partition) of the partitions of a commit on which a read_committed reader waits: the caller wakes them, outside this transaction, with a NOTIFY on the schema''s channel (wake_channel_v1()).';
 
 REVOKE ALL ON FUNCTION produce_end_txn_v3(text, bigint, smallint, bigint, text[], integer[], integer[], integer[], bytea[], bytea[], jsonb[], timestamp with time zone[], text, text, text, integer, text[], integer[], bigint[], text[]) FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION produce_end_txn_v3(text, bigint, smallint, bigint, text[], integer[], integer[], integer[], bytea[], bytea[], jsonb[], timestamp with time zone[], text, text, text, integer, text[], integer[], bigint[], text[]) TO @schema@_client, @schema@_admin;
 
-CREATE OR REPLACE FUNCTION txn_waiters_v1(p_producer_id bigint, p_txn_number bigint, OUT topics text[], OUT partitions integer[])
- RETURNS record
+CREATE OR REPLACE FUNCTION txn_waiters_v1(p_producer_id bigint, p_txn_number bigint)
+ RETURNS text[]
  LANGUAGE plpgsql
  STABLE
  SET search_path FROM CURRENT
 AS $function$
+DECLARE
+    v_tokens text[];
 BEGIN
     -- The partitions a committed transaction wrote to (its spans) on which a read_committed
     -- reader waits. Called right after the commit, under the partitions' locks it took.
-    SELECT array_agg(t.name ORDER BY s.topic_id, s.partition), array_agg(s.partition ORDER BY s.topic_id, s.partition)
-    INTO topics, partitions
+    SELECT array_agg(s.topic_id || ':' || s.partition ORDER BY s.topic_id, s.partition) INTO v_tokens
     FROM txn_spans s
-    JOIN topics t ON t.topic_id = s.topic_id
     JOIN fetch_waiters w ON w.topic_id = s.topic_id AND w.partition = s.partition
     WHERE s.producer_id = p_producer_id AND s.txn_number = p_txn_number AND w.committed_until > server_now_v1();
+    RETURN v_tokens;
 END
 $function$;
 
-COMMENT ON FUNCTION txn_waiters_v1(bigint, bigint) IS 'Internal: the partitions of a just committed transaction on which a read_committed reader waits.';
+COMMENT ON FUNCTION txn_waiters_v1(bigint, bigint) IS 'Internal: the wake tokens (topic_id:partition) of the partitions of a just committed transaction on which a read_committed reader waits.';
 
 REVOKE ALL ON FUNCTION txn_waiters_v1(bigint, bigint) FROM PUBLIC;
 
@@ -339,6 +304,8 @@ AS $function$
     SELECT 'oncelog_wake_' || n.oid FROM pg_namespace n WHERE n.nspname = current_schema()
 $function$;
 
-COMMENT ON FUNCTION wake_channel_v1() IS 'Internal: the LISTEN/NOTIFY channel on which this schema''s waiting readers are woken.';
+COMMENT ON FUNCTION wake_channel_v1() IS 'The LISTEN/NOTIFY channel on which this schema''s waiting readers are woken: a producer NOTIFYs it with the wake tokens (topic_id:partition, comma-separated) a write answered with.';
 
 REVOKE ALL ON FUNCTION wake_channel_v1() FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION wake_channel_v1() TO @schema@_client, @schema@_admin;
