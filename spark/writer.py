@@ -7,13 +7,15 @@ through ``produce_v2``, which checks them as it checks every producer's. A retri
 attempt of the same task initialises the same id, which fences the earlier attempt (the zombie)
 and aborts its open transaction. A task leaves its transaction open and reports it; the driver
 then commits every task's transaction in ONE database transaction, together with anything else
-the job must commit (a pipeline's input offsets). A job that dies before that commit leaves only
-open transactions, which the store aborts (at the next run, or at their timeout): nothing of it
-is ever visible.
+the job must commit (a pipeline's input offsets). Nothing of a job that fails before that commit
+is ever visible: when its Spark job fails, the driver aborts the transactions its tasks left open;
+when the driver itself dies, they stay open until the next run of the job, or their timeout,
+aborts them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 import uuid
@@ -81,6 +83,13 @@ def _rows(df: Any, key_col: str | None, value_col: str, partition_col: str | Non
     if partition_col is not None:
         cols.append(F.col(partition_col).cast("long").alias("partition"))
     return df.select(*cols)
+
+
+def _abort_quietly(engine: sa.Engine, pattern: str) -> None:
+    """Abort the open transactions of a failed job, best effort: the error that failed the job is
+    the one to report, whatever goes wrong here (the next run, or the timeout, aborts what is left)."""
+    with contextlib.suppress(Exception), engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        txn.abort_open_transactions(conn, pattern=pattern)
 
 
 def run_write_tasks(
@@ -153,7 +162,15 @@ def write(
             hook=task_hook,
         )
         prepared_at = time.perf_counter()
-        reports = run_write_tasks(df, plan, key_col=key_col, value_col=value_col, partition_col=partition_col)
+        try:
+            reports = run_write_tasks(df, plan, key_col=key_col, value_col=value_col, partition_col=partition_col)
+        except BaseException:
+            # The Spark job failed (a task failed for good, or it was cancelled): nothing will
+            # commit the transactions the other tasks left open, and until they end they hold the
+            # topic's last stable offset, so every read_committed reader of those partitions
+            # waits. Abort them now rather than at the next run or their timeout.
+            _abort_quietly(engine, pattern)
+            raise
         tasks_done = time.perf_counter()
         prepared = sorted((r.prepared for r in reports if r.prepared is not None), key=lambda p: p.transactional_id)
         # One database transaction commits every task's output (and the caller's extra work): all

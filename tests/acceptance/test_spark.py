@@ -502,6 +502,11 @@ def test_write_job_failing_for_good_leaves_nothing_then_rerun(
     assert [a for i, a in read_log(tmp_path / "hook.log") if i == 2] == [0, 1, 2, 3]  # local[2,4]: 4 attempts
     assert sum(high_watermarks(admin, OUT).values()) > 0  # tasks did write ...
     assert oncelog.spark.read_committed(spark, db_url, [OUT]).count() == 0  # ... nothing is visible
+    # The failed job's driver aborted what its tasks left open: nothing holds the partition's last
+    # stable offset back until a re-run or a timeout.
+    assert ongoing(admin, "job-fail-") == []
+    [offsets] = log.list_offsets(admin, topic=OUT)
+    assert offsets.last_stable_offset == offsets.high_watermark
 
     result = oncelog.spark.write(df, db_url, OUT, job_id="job-fail")
     assert result.records == 30 and not result.already_committed
@@ -739,8 +744,9 @@ def test_run_pipeline_exactly_once(spark: Any, db_url: str, admin: sa.Connection
     assert output() == ["T:a", "T:b", "T:c", "T:d", "T:e", "T:f", "T:g", "T:h", "T:i"]
     assert group_offsets(admin, 3) == high_watermarks(admin, IN)
 
-    # A crash between the tasks' prepare and the driver's commit: task 2 fails on every attempt.
-    # local[2]: task 2 only starts once task 0 or 1 has finished, i.e. prepared its transaction.
+    # A Spark job that fails after some tasks appended: task 2 fails on every attempt. local[2]:
+    # task 2 only starts once task 0 or 1 has finished, i.e. appended its rows. (A driver that
+    # dies before its commit: test_write_driver_crash_before_commit_then_rerun.)
     send_txn(db_url, "in-w", IN, [(0, b"j"), (1, b"k"), (2, b"l")], commit=True)
     offsets_before = group_offsets(admin, 3)
     out_hw_before = sum(high_watermarks(admin, POUT).values())
@@ -748,7 +754,7 @@ def test_run_pipeline_exactly_once(spark: Any, db_url: str, admin: sa.Connection
     with pytest.raises(PythonException, match="InjectedTaskFailure"):
         run(task_hook=hook)
     assert {a for i, a in read_log(tmp_path / "hook.log") if i == 2} == {0, 1, 2, 3}
-    assert ongoing(admin, transactional_id_prefix(GROUP) + "-")  # prepared, never committed
+    assert ongoing(admin, transactional_id_prefix(GROUP) + "-") == []  # aborted by the failed job's driver
     assert sum(high_watermarks(admin, POUT).values()) > out_hw_before  # output records are in the log ...
     assert output() == ["T:a", "T:b", "T:c", "T:d", "T:e", "T:f", "T:g", "T:h", "T:i"]  # ... not visible
     assert group_offsets(admin, 3) == offsets_before
