@@ -7,9 +7,10 @@
   from the ``committed_records`` view, where records are decided and immutable. So the read is
   consistent (a transaction spanning partitions is in the DataFrame on all of them or none, though
   tasks read over separate connections) and repeatable.
-* :func:`write` writes a DataFrame to a topic exactly once and all-or-nothing: each task writes its
-  rows in its own transaction (transactional id ``<job>-<task>``, so a retried or speculative
-  attempt fences the earlier one) and leaves it open; the driver then commits every task's
+* :func:`write` writes a DataFrame to a topic exactly once and all-or-nothing: each task takes its
+  rows as Arrow batches (``mapInArrow``, no pickled rows) and appends them in batches of many
+  records in its own transaction (transactional id ``<job>-<task>``, so a retried or speculative
+  attempt fences the earlier one), and leaves it open; the driver then commits every task's
   transaction in ONE database transaction (with the input offsets, for a pipeline).
 * :func:`run_pipeline` reads a group's committed offsets up to fixed bounds, transforms, writes and
   commits the input offsets in that same database transaction: re-running after any crash neither

@@ -30,6 +30,9 @@ class PipelineResult:
     output_records: int
     ranges: list[ReadRange] = field(default_factory=list)
     write: WriteResult | None = None
+    #: Wall-clock seconds: ``plan`` (aborting a crashed run's transactions, fixing the bounds),
+    #: then the write's phases (:class:`~oncelog.spark.writer.WriteResult`).
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 def transactional_id_prefix(group: str) -> str:
@@ -63,6 +66,7 @@ def run_pipeline(
     the pipeline commits as a standalone consumer.
     """
     topics = list(dict.fromkeys(input_topics))
+    started = time.perf_counter()
     engine = create_engine(database_url, schema=schema, poolclass=sa.NullPool)
     prefix = transactional_id_prefix(group)
     try:
@@ -74,7 +78,8 @@ def run_pipeline(
         todo = [r for r in ranges if r.end > r.start]
         input_offsets = sum(r.end - r.start for r in todo)
         if not todo:
-            return PipelineResult(group, 0, 0, ranges)
+            return PipelineResult(group, 0, 0, ranges, phases={"plan": time.perf_counter() - started})
+        planned = time.perf_counter() - started
         source = read_ranges(spark, database_url, todo, schema=schema, max_records_per_task=max_records_per_task)
         output = transform(source)
         offsets = {(r.topic, r.partition): (r.end, "") for r in ranges}
@@ -95,7 +100,9 @@ def run_pipeline(
             also_commit=commit_offsets,
             retries=commit_retries,
         )
-        return PipelineResult(group, input_offsets, result.records, ranges, result)
+        return PipelineResult(
+            group, input_offsets, result.records, ranges, result, phases={"plan": planned, **result.phases}
+        )
     finally:
         engine.dispose()
 

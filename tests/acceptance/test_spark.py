@@ -1,6 +1,6 @@
 """oncelog.spark against real Spark (local mode, ``local[2,4]``) and a real PostgreSQL.
 
-One SparkSession serves the whole module (starting one takes about 5 s). Every test gets its own
+One SparkSession serves the whole module (the ``spark`` fixture of ``conftest.py``). Every test gets its own
 database (``db_url``), so topics and transactional ids never collide between tests.
 
 What is checked:
@@ -12,10 +12,14 @@ What is checked:
   meanwhile, every DataFrame holds each transaction on all 4 partitions or none, although each task
   reads over its own connection (in its own snapshot).
 * Repeatability: fixed ranges (``plan_ranges`` once, ``read_ranges`` twice) and an exported snapshot.
-* ``write``: exactly once with a task that fails and is retried; ``already_committed`` on re-run; a
-  job that dies after its tasks prepared and before the driver's commit leaves nothing visible and a
-  re-run commits once; two concurrent attempts of one task (what speculation would produce): the
-  later one fences the earlier, only one can commit.
+* ``write`` (Arrow batches appended by each task in its own transaction, committed by the driver in
+  one database transaction): exactly once with a task that fails after appending its rows and is
+  retried; ``already_committed`` on re-run; a job that dies after its tasks appended and before the
+  driver's commit leaves nothing visible and a re-run commits once; two concurrent attempts of one
+  task that both append (what speculation would produce): the later one fences the earlier, only
+  one can commit; an attempt fenced in the middle of its appends fails and none of its rows are
+  ever read; rows land where oncelog's Producer would put them (partition column, else murmur2 of
+  the key, else the task's partition); columns it cannot write are refused up front.
 * ``run_pipeline``: exactly-once output and offsets, incremental runs, the last stable offset of
   the input respected, and a crash between the tasks' prepare and the driver's commit.
 * ``session`` and ``jdbc_target`` configuration errors and secrets.
@@ -25,7 +29,8 @@ a task on a host that already runs an attempt of it (``TaskSetManager``: ``!hasA
 local mode has one host; a session with ``spark.speculation=true`` and a tiny multiplier/quantile
 just waits for the slow attempt (tried: no second attempt is ever launched). The race that
 speculation would create is driven directly instead (two attempts of the writer's task code with
-the same transactional id, interleaved by hand).
+the same transactional id, interleaved by hand). Attacks by other principals on a running job:
+``test_spark_hostile.py``.
 """
 
 from __future__ import annotations
@@ -35,20 +40,24 @@ import json
 import math
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 from pyspark.errors import PythonException
 
 import oncelog
 import oncelog.spark
-from oncelog import Producer, TopicPartition
-from oncelog.errors import ConfigurationError, ProducerFencedError
+from oncelog import Producer, TopicPartition, errors
+from oncelog.errors import ConfigurationError, InvalidRequestError, ProducerFencedError
+from oncelog.partitioner import partition_for_key
 from oncelog.spark import reader as spark_reader
-from oncelog.spark import writer as spark_writer
 from oncelog.spark.pipeline import transactional_id_prefix
+from oncelog.spark.task import TaskPlan, run_task
+from oncelog.spark.writer import run_write_tasks
 from oncelog.store import groups, log, topics, txn
 from oncelog.store.engine import DEFAULT_SCHEMA
 from oncelog.store.records import decode_headers
@@ -70,17 +79,6 @@ DTYPES = {
 
 
 # --- fixtures and helpers ----------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    """One local SparkSession for the module (``local[2,4]``: failed tasks are retried)."""
-    s = oncelog.spark.session(app_name="oncelog-test-spark")
-    s.sparkContext.setLogLevel("ERROR")  # injected task failures would otherwise fill the log
-    try:
-        yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture
@@ -449,22 +447,24 @@ def driver_commit(conn: sa.Connection, p: Any) -> str:
     )
 
 
-def prepare_without_commit(df: Any, db_url: str, topic: str, job_id: str) -> list[Any]:
-    """What write() does up to, not including, the driver's final commit (the driver "crashes"
-    there): every task writes and prepares its transaction, which stays open."""
-    runner = spark_writer._task_writer(
+def plan_for(db_url: str, topic: str, job_id: str, partitions: int, **kw: Any) -> TaskPlan:
+    """The plan write() hands its tasks."""
+    return TaskPlan(
         database_url=db_url,
         schema=DEFAULT_SCHEMA,
         topic=topic,
         job_id=job_id,
-        key_col="key",
-        value_col="value",
-        partition_col=None,
+        num_partitions=partitions,
         transaction_timeout_ms=600_000,
-        hook=None,
+        **kw,
     )
-    outputs = df.select("key", "value").rdd.mapPartitionsWithIndex(runner).collect()
-    return [o.prepared for o in outputs if o.prepared is not None]
+
+
+def prepare_without_commit(df: Any, db_url: str, topic: str, job_id: str, partitions: int = 1) -> list[Any]:
+    """What write() does up to, not including, the driver's final commit (the driver "crashes"
+    there): every task appends its rows and leaves its transaction open."""
+    reports = run_write_tasks(df, plan_for(db_url, topic, job_id, partitions))
+    return [r.prepared for r in reports if r.prepared is not None]
 
 
 def test_write_driver_crash_before_commit_then_rerun(spark: Any, db_url: str, admin: sa.Connection) -> None:
@@ -472,7 +472,7 @@ def test_write_driver_crash_before_commit_then_rerun(spark: Any, db_url: str, ad
     send_plain(db_url, OUT, [(0, b"before"), (1, b"before")])  # committed output of someone else
     df = make_df(spark, 30, 3)
 
-    prepared = prepare_without_commit(df, db_url, OUT, "job-crash")
+    prepared = prepare_without_commit(df, db_url, OUT, "job-crash", partitions=2)
     assert sorted(p.transactional_id for p in prepared) == ["job-crash-0", "job-crash-1", "job-crash-2"]
     assert sorted(ongoing(admin, "job-crash-")) == ["job-crash-0", "job-crash-1", "job-crash-2"]
     assert sum(high_watermarks(admin, OUT).values()) == 2 + 30  # the records are in the log ...
@@ -502,6 +502,11 @@ def test_write_job_failing_for_good_leaves_nothing_then_rerun(
     assert [a for i, a in read_log(tmp_path / "hook.log") if i == 2] == [0, 1, 2, 3]  # local[2,4]: 4 attempts
     assert sum(high_watermarks(admin, OUT).values()) > 0  # tasks did write ...
     assert oncelog.spark.read_committed(spark, db_url, [OUT]).count() == 0  # ... nothing is visible
+    # The failed job's driver aborted what its tasks left open: nothing holds the partition's last
+    # stable offset back until a re-run or a timeout.
+    assert ongoing(admin, "job-fail-") == []
+    [offsets] = log.list_offsets(admin, topic=OUT)
+    assert offsets.last_stable_offset == offsets.high_watermark
 
     result = oncelog.spark.write(df, db_url, OUT, job_id="job-fail")
     assert result.records == 30 and not result.already_committed
@@ -540,53 +545,138 @@ def test_write_job_id_that_prefixes_another_job_is_not_already_committed(
     assert values(oncelog.spark.read_committed(spark, db_url, [OUT])) == [f"{c}{i}" for c in "xy" for i in range(4)]
 
 
+def arrow_rows(values: list[str], per_batch: int) -> list[pa.RecordBatch]:
+    """A task's input as mapInArrow hands it over: Arrow batches of value (binary) rows."""
+    data = [v.encode() for v in values]
+    return [
+        pa.RecordBatch.from_pydict({"value": pa.array(data[i : i + per_batch], pa.binary())})
+        for i in range(0, len(data), per_batch)
+    ]
+
+
 def test_two_concurrent_attempts_of_one_task_only_one_commits(db_url: str, admin: sa.Connection) -> None:
-    """What speculative execution produces: attempt A of task 0 has queued its rows and is slow; a
-    copy B of the same task (same transactional id) starts, writes and prepares. B's init fences A
-    and aborts A's open transaction, so A's transaction can never commit; B's commits once."""
+    """What speculative execution produces: attempt A of task 0 has appended its rows and is slow; a
+    copy B of the same task (same transactional id) starts, appends the same rows and reports. B's
+    init fences A and aborts A's open transaction (A's rows stay in the log, aborted), so A's
+    transaction can never commit; B's commits once."""
     topics.create_topic(admin, name=OUT, partitions=1)
-    rows = [{"key": None, "value": f"r{i}"} for i in range(10)]
+    plan = plan_for(db_url, OUT, "spec", 1)
+    rows = [f"r{i}" for i in range(10)]
     a_sent = threading.Event()
-    b_prepared = threading.Event()
+    b_done = threading.Event()
 
     def slow_a(index: int, attempt: int) -> None:
         a_sent.set()
-        assert b_prepared.wait(60)
-
-    def task(hook: Any) -> Any:
-        return spark_writer._task_writer(
-            database_url=db_url, schema=DEFAULT_SCHEMA, topic=OUT, job_id="spec", key_col="key",
-            value_col="value", partition_col=None, transaction_timeout_ms=600_000, hook=hook,
-        )  # fmt: skip
+        assert b_done.wait(60)
 
     a_result: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: a_result.append(run_task(replace(plan, hook=slow_a), arrow_rows(rows, 4), 0, 0)), daemon=True
+    )
+    thread.start()
+    assert a_sent.wait(60)
+    b = run_task(plan, arrow_rows(rows, 4), 0, 1)
+    b_done.set()
+    thread.join(60)
+    [a] = a_result
+
+    assert a.records == b.records == 10 and a.prepared is not None and b.prepared is not None
+    assert a.prepared.transactional_id == b.prepared.transactional_id == "spec-0"
+    assert a.prepared.epoch < b.prepared.epoch
+    with pytest.raises(ProducerFencedError):
+        driver_commit(admin, a.prepared)
+    assert driver_commit(admin, b.prepared) == "committed"
+    got = committed_in_store(admin, OUT, 1)
+    assert sorted(r.value.decode() for r in got.values()) == sorted(rows)
+    # Both attempts' rows reached the log: A's 10 and the abort marker B's init wrote, then B's 10
+    # and its commit marker. Only B's are readable.
+    assert sum(high_watermarks(admin, OUT).values()) == 10 + 1 + 10 + 1
+
+
+def test_a_zombie_attempt_fenced_while_appending_lands_nothing(db_url: str, admin: sa.Connection) -> None:
+    """Attempt A appends part of its rows, then stalls (a slow input); attempt B of the same task
+    runs whole. A's next append is refused as fenced, so A fails: none of its rows, those appended
+    before the fence included, can ever be read."""
+    topics.create_topic(admin, name=OUT, partitions=1)
+    plan = plan_for(db_url, OUT, "zombie", 1, batch_records=3)
+    a_first_sent = threading.Event()
+    b_done = threading.Event()
+    a_rows = [f"a{i}" for i in range(9)]
+
+    def stalling_input() -> Iterator[pa.RecordBatch]:
+        batches = arrow_rows(a_rows, 3)
+        yield batches[0]  # 3 rows: one batch of batch_records, appended at once
+        yield batches[1]  # asked for only once the first batch is appended
+        a_first_sent.set()
+        assert b_done.wait(60)
+        yield batches[2]
+
+    a_result: list[BaseException] = []
 
     def attempt_a() -> None:
         try:
-            a_result.extend(task(slow_a)(0, iter(rows)))
+            run_task(plan, stalling_input(), 0, 0)
         except BaseException as exc:
             a_result.append(exc)
 
     thread = threading.Thread(target=attempt_a, daemon=True)
     thread.start()
-    assert a_sent.wait(60)
-    [b_out] = list(task(None)(0, iter(rows)))
-    b_prepared.set()
+    assert a_first_sent.wait(60)
+    b = run_task(plan, arrow_rows([f"b{i}" for i in range(5)], 2), 0, 1)
+    b_done.set()
     thread.join(60)
-    [a_out] = a_result
-
-    assert b_out.records == 10 and b_out.prepared is not None
-    if not isinstance(a_out, BaseException):  # A's prepare does not ask the store: it hands over a stale epoch
-        assert a_out.prepared is not None and a_out.prepared.epoch < b_out.prepared.epoch
-        with pytest.raises(ProducerFencedError):
-            driver_commit(admin, a_out.prepared)
-    assert driver_commit(admin, b_out.prepared) == "committed"
+    assert len(a_result) == 1 and isinstance(a_result[0], ProducerFencedError)
+    assert b.prepared is not None
+    assert driver_commit(admin, b.prepared) == "committed"
     got = committed_in_store(admin, OUT, 1)
-    assert sorted(r.value.decode() for r in got.values()) == sorted(f"r{i}" for i in range(10))
-    # The hook runs once A's rows are queued, not necessarily sent (linger): either A's batch landed
-    # before B's init fenced it (then it is aborted: its 10 records and an abort marker are in the
-    # log) or A's send was refused as fenced and nothing of A is there. B: 10 records + a commit marker.
-    assert sum(high_watermarks(admin, OUT).values()) in (10 + 1, 10 + 10 + 2)
+    assert sorted(r.value.decode() for r in got.values()) == [f"b{i}" for i in range(5)]
+    aborted = {r.value for r in log.read_log(admin, topics=[OUT]) if r.control_type is None and r.aborted}
+    assert aborted == {f"a{i}".encode() for i in range(6)}  # A's first two batches: in the log, aborted
+
+
+def test_write_places_rows_as_the_producer_does(spark: Any, db_url: str, admin: sa.Connection) -> None:
+    """Without a partition column, a keyed row lands where oncelog's Producer (Kafka's murmur2)
+    puts its key, and a keyless one on its task's partition; with one, its value wins where it is
+    not null. String columns are written as their UTF-8 bytes."""
+    for t in ("by-key", "by-col"):
+        topics.create_topic(admin, name=t, partitions=5)
+    data = [(f"k\u00e9{i}" if i % 4 else None, f"v\u00e9{i}", (i % 5) if i % 3 == 0 else None) for i in range(300)]
+    df = spark.createDataFrame(spark.sparkContext.parallelize(data, 3), "k string, v string, p int")
+    assert oncelog.spark.write(df, db_url, "by-key", key_col="k", value_col="v").records == 300
+    assert oncelog.spark.write(df, db_url, "by-col", key_col="k", value_col="v", partition_col="p").records == 300
+
+    def placed(topic: str) -> dict[str, tuple[int, bytes | None]]:
+        got = committed_in_store(admin, topic, 5)
+        assert len(got) == 300
+        return {r.value.decode(): (partition, r.key) for (partition, _), r in got.items()}
+
+    by_key, by_col = placed("by-key"), placed("by-col")
+    for i, (k, v, p) in enumerate(data):
+        task = i // 100  # parallelize() cuts 300 rows into 3 slices of 100
+        hashed = partition_for_key(k.encode(), 5) if k is not None else task % 5
+        assert by_key[v] == (hashed, None if k is None else k.encode())
+        assert by_col[v] == (p if p is not None else hashed, None if k is None else k.encode())
+
+
+def test_write_refuses_columns_it_cannot_write(spark: Any, db_url: str, admin: sa.Connection) -> None:
+    topics.create_topic(admin, name=OUT, partitions=1)
+    df = spark.createDataFrame([(1, "a", "0", 1.5)], "n int, s string, ps string, f double")
+    with pytest.raises(InvalidRequestError, match="value column must be binary or string, not IntegerType"):
+        oncelog.spark.write(df, db_url, OUT, key_col=None, value_col="n")
+    with pytest.raises(InvalidRequestError, match="key column must be binary or string, not DoubleType"):
+        oncelog.spark.write(df, db_url, OUT, key_col="f", value_col="s")
+    with pytest.raises(InvalidRequestError, match="partition column must be an integer column"):
+        oncelog.spark.write(df, db_url, OUT, key_col=None, value_col="s", partition_col="ps")
+    with pytest.raises(ConfigurationError, match="no column 'missing'"):
+        oncelog.spark.write(df, db_url, OUT, key_col="missing", value_col="s")
+    with pytest.raises(ConfigurationError, match="batch_records"):
+        oncelog.spark.write(df, db_url, OUT, key_col=None, value_col="s", batch_records=0)
+    with pytest.raises(errors.UnknownTopicOrPartitionError):
+        oncelog.spark.write(df, db_url, "no-such-topic", key_col=None, value_col="s")
+    # Partitions the topic does not have are refused by the store, in the task.
+    with pytest.raises(PythonException, match="UnknownTopicOrPartitionError"):
+        oncelog.spark.write(df, db_url, OUT, key_col=None, value_col="s", partition_col="n")
+    assert oncelog.spark.read_committed(spark, db_url, [OUT]).count() == 0
 
 
 # --- 6. run_pipeline --------------------------------------------------------------------------------
@@ -654,8 +744,9 @@ def test_run_pipeline_exactly_once(spark: Any, db_url: str, admin: sa.Connection
     assert output() == ["T:a", "T:b", "T:c", "T:d", "T:e", "T:f", "T:g", "T:h", "T:i"]
     assert group_offsets(admin, 3) == high_watermarks(admin, IN)
 
-    # A crash between the tasks' prepare and the driver's commit: task 2 fails on every attempt.
-    # local[2]: task 2 only starts once task 0 or 1 has finished, i.e. prepared its transaction.
+    # A Spark job that fails after some tasks appended: task 2 fails on every attempt. local[2]:
+    # task 2 only starts once task 0 or 1 has finished, i.e. appended its rows. (A driver that
+    # dies before its commit: test_write_driver_crash_before_commit_then_rerun.)
     send_txn(db_url, "in-w", IN, [(0, b"j"), (1, b"k"), (2, b"l")], commit=True)
     offsets_before = group_offsets(admin, 3)
     out_hw_before = sum(high_watermarks(admin, POUT).values())
@@ -663,7 +754,7 @@ def test_run_pipeline_exactly_once(spark: Any, db_url: str, admin: sa.Connection
     with pytest.raises(PythonException, match="InjectedTaskFailure"):
         run(task_hook=hook)
     assert {a for i, a in read_log(tmp_path / "hook.log") if i == 2} == {0, 1, 2, 3}
-    assert ongoing(admin, transactional_id_prefix(GROUP) + "-")  # prepared, never committed
+    assert ongoing(admin, transactional_id_prefix(GROUP) + "-") == []  # aborted by the failed job's driver
     assert sum(high_watermarks(admin, POUT).values()) > out_hw_before  # output records are in the log ...
     assert output() == ["T:a", "T:b", "T:c", "T:d", "T:e", "T:f", "T:g", "T:h", "T:i"]  # ... not visible
     assert group_offsets(admin, 3) == offsets_before
