@@ -118,10 +118,18 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown topic %L', p_topic);
     END IF;
-    SELECT max(sz), sum(sz) INTO i, v_bytes FROM (
-        SELECT coalesce(octet_length(k), 0) + coalesce(octet_length(v), 0) + coalesce(octet_length(h::text), 0) AS sz
-        FROM unnest(p_keys, p_values, coalesce(p_headers, array_fill(NULL::jsonb, ARRAY[v_n]))) AS r(k, v, h)
-    ) sizes;
+    -- Records without headers (the common case) are sized without building an array of NULLs
+    -- to pair with them: this pass is a tenth of the cost of appending a large batch.
+    IF p_headers IS NULL THEN
+        SELECT max(sz), sum(sz) INTO i, v_bytes FROM (
+            SELECT coalesce(octet_length(k), 0) + coalesce(octet_length(v), 0) AS sz FROM unnest(p_keys, p_values) AS r(k, v)
+        ) sizes;
+    ELSE
+        SELECT max(sz), sum(sz) INTO i, v_bytes FROM (
+            SELECT coalesce(octet_length(k), 0) + coalesce(octet_length(v), 0) + coalesce(octet_length(h::text), 0) AS sz
+            FROM unnest(p_keys, p_values, p_headers) AS r(k, v, h)
+        ) sizes;
+    END IF;
     IF i > v_max_bytes THEN
         RAISE EXCEPTION USING ERRCODE = 'OL105',
             MESSAGE = format('a record of %s bytes exceeds max_message_bytes %s of topic %L', i, v_max_bytes, p_topic);
@@ -234,16 +242,27 @@ BEGIN
         END IF;
     END IF;
 
-    INSERT INTO records (topic_id, partition, "offset", producer_id, producer_epoch, sequence, is_transactional,
-                         key, value, headers, "timestamp", txn_number)
-    SELECT v_topic_id, p_partition, v_next + r.o - 1, p_producer_id, p_producer_epoch,
-           CASE WHEN p_producer_id IS NOT NULL
-                THEN ((p_base_sequence::bigint + r.o - 1) % 2147483648)::integer END,
-           v_txn, r.k, r.v, r.h, coalesce(r.ts, v_now), CASE WHEN v_txn THEN p_txn_number END
-    FROM unnest(p_keys, p_values,
-                coalesce(p_headers, array_fill(NULL::jsonb, ARRAY[v_n])),
-                coalesce(p_timestamps, array_fill(NULL::timestamptz, ARRAY[v_n])))
-         WITH ORDINALITY AS r(k, v, h, ts, o);
+    IF p_headers IS NULL AND p_timestamps IS NULL THEN
+        -- The common case (no headers, the append time), without arrays of NULLs to unnest.
+        INSERT INTO records (topic_id, partition, "offset", producer_id, producer_epoch, sequence, is_transactional,
+                             key, value, "timestamp", txn_number)
+        SELECT v_topic_id, p_partition, v_next + r.o - 1, p_producer_id, p_producer_epoch,
+               CASE WHEN p_producer_id IS NOT NULL
+                    THEN ((p_base_sequence::bigint + r.o - 1) % 2147483648)::integer END,
+               v_txn, r.k, r.v, v_now, CASE WHEN v_txn THEN p_txn_number END
+        FROM unnest(p_keys, p_values) WITH ORDINALITY AS r(k, v, o);
+    ELSE
+        INSERT INTO records (topic_id, partition, "offset", producer_id, producer_epoch, sequence, is_transactional,
+                             key, value, headers, "timestamp", txn_number)
+        SELECT v_topic_id, p_partition, v_next + r.o - 1, p_producer_id, p_producer_epoch,
+               CASE WHEN p_producer_id IS NOT NULL
+                    THEN ((p_base_sequence::bigint + r.o - 1) % 2147483648)::integer END,
+               v_txn, r.k, r.v, r.h, coalesce(r.ts, v_now), CASE WHEN v_txn THEN p_txn_number END
+        FROM unnest(p_keys, p_values,
+                    coalesce(p_headers, array_fill(NULL::jsonb, ARRAY[v_n])),
+                    coalesce(p_timestamps, array_fill(NULL::timestamptz, ARRAY[v_n])))
+             WITH ORDINALITY AS r(k, v, h, ts, o);
+    END IF;
     UPDATE partitions pt SET next_offset = v_next + v_n, log_bytes = pt.log_bytes + v_bytes
     WHERE pt.topic_id = v_topic_id AND pt.partition = p_partition;
     IF v_txn THEN
