@@ -25,7 +25,7 @@ pipeline, latency and wake-up measurement starts from an empty log (earlier reco
    record at a time, at random intervals: visible to the consumer - commit_transaction returned.
    Beside it the same measure for raw LISTEN/NOTIFY (a psycopg listener woken by a NOTIFY committed
    with an INSERT), and the CPU an idle consumer costs (its process and, for a local server, its
-   backend). The wake-ups' cost to producers: 4 transactional producers (threads) commit one-record
+   backend). The wake-ups' cost to producers: 4 transactional producers (processes) commit one-record
    transactions to a 4-partition topic, each to its own partition, while a read_committed consumer
    process waits on all four; commits/s with the mechanism on (producers wake readers, the consumer
    listens) against off (neither; the consumer polls), paired and repeated.
@@ -97,6 +97,8 @@ WAKE_WAITERS = {"200": (200, True), "200-polling": (200, False), "5-polling": (5
 WAKE_DEFAULT = "200"
 #: The wake-ups' cost to producers: committing threads, seconds per run.
 WAKE_COST_PRODUCERS = 4
+#: Seconds the committing processes get to start and initialise before they start together.
+COMMITTER_START_S = 3.0
 FULL_WAKE_COST_SECONDS = 4.0
 QUICK_WAKE_COST_SECONDS = 0.5
 FULL_WAKE = (150, 0.4)  # commits, largest random gap between them (s)
@@ -571,30 +573,41 @@ def wake_cost(bench: Bench, seconds: float, repeat: int) -> dict[str, Any]:
 
 
 def _commit_rate(bench: Bench, topic: str, seconds: float, *, wake: bool) -> float:
-    """Commits/s of WAKE_COST_PRODUCERS producer threads committing one-record transactions."""
-    counts = [0] * WAKE_COST_PRODUCERS
+    """Commits/s of WAKE_COST_PRODUCERS producer processes committing one-record transactions,
+    each to its own partition, started together. Processes, as producers run: threads of one
+    process would share its GIL, and measure that instead of what waking readers costs."""
+    start_at = time.time() + COMMITTER_START_S
+    children = [
+        spawn(
+            ["_committer", topic, str(k), str(seconds), "wake" if wake else "quiet", repr(start_at)], url=bench.sa_url
+        )
+        for k in range(WAKE_COST_PRODUCERS)
+    ]
+    counts = []
+    for proc, err in children:
+        with contextlib.suppress(subprocess.TimeoutExpired):  # finish() then stops it and raises
+            proc.wait(COMMITTER_START_S + seconds + 60)  # each ends by itself
+        counts.append(int(finish(proc, err).split()[-1]))
+    return sum(counts) / seconds
+
+
+def committer_main(url: str, topic: str, partition: int, *, seconds: float, wake: bool, start_at: float) -> int:
+    """A producer process of the wake-ups' cost: from ``start_at`` (time.time()) on, one-record
+    transactions to ``partition`` for ``seconds``; prints how many committed."""
     value = b"x" * VALUE_PAD
-
-    def committer(k: int) -> Callable[[threading.Barrier], None]:
-        def run(barrier: threading.Barrier) -> None:
-            tid = f"bench-cost-{k}-{uuid.uuid4().hex[:6]}"
-            with Producer(bench.sa_url, transactional_id=tid, wake_readers=wake) as producer:
-                producer.init_transactions()
-                producer.partitions_for(topic)
-                barrier.wait()
-                deadline = time.perf_counter() + seconds
-                n = 0
-                while time.perf_counter() < deadline:
-                    producer.begin_transaction()
-                    producer.send(topic, value, partition=k)
-                    producer.commit_transaction()
-                    n += 1
-                counts[k] = n
-
-        return run
-
-    elapsed = run_threads([committer(k) for k in range(WAKE_COST_PRODUCERS)])
-    return sum(counts) / elapsed
+    with Producer(url, transactional_id=f"bench-cost-{partition}-{uuid.uuid4().hex[:6]}", wake_readers=wake) as p:
+        p.init_transactions()
+        p.partitions_for(topic)
+        time.sleep(max(start_at - time.time(), 0.0))
+        deadline = time.perf_counter() + seconds
+        n = 0
+        while time.perf_counter() < deadline:
+            p.begin_transaction()
+            p.send(topic, value, partition=partition)
+            p.commit_transaction()
+            n += 1
+    print(n, flush=True)
+    return 0
 
 
 def notify_wakeup(bench: Bench, samples: int, max_gap: float) -> dict[str, float]:
@@ -885,7 +898,7 @@ def _render_cost(cost: dict[str, Any] | None) -> list[str]:
     if cost is None:
         return []
     return [
-        f"The wake-ups' cost to producers: {cost['producers']} transactional producers commit one-record "
+        f"The wake-ups' cost to producers: {cost['producers']} transactional producer processes commit one-record "
         "transactions (each to its own partition) while a read_committed consumer waits on all of them:",
         "",
         "| mechanism | commits/s | ratio (on / off) | target |",
@@ -901,6 +914,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     if args_in[:1] == ["_member"]:
         return member_main(os.environ[CHILD_URL_ENV], *args_in[1:5])
+    if args_in[:1] == ["_committer"]:
+        topic, partition, seconds, wake, start_at = args_in[1:6]
+        return committer_main(
+            os.environ[CHILD_URL_ENV],
+            topic,
+            int(partition),
+            seconds=float(seconds),
+            wake=wake == "wake",
+            start_at=float(start_at),
+        )
     if args_in[:1] == ["_waiter"]:
         topic, low, high, listen, partitions = args_in[1:6]
         return waiter_main(

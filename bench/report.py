@@ -1096,8 +1096,9 @@ def pipeline_latency_section(res: dict[str, Any]) -> list[str]:
     cost = wake.get("cost")
     if cost:
         lines += [
-            f"What waking readers costs producers: {cost['producers']} transactional producers commit one-record "
-            "transactions, each to its own partition, while a read_committed consumer waits on all of them; the "
+            f"What waking readers costs producers: {cost['producers']} transactional producer processes commit "
+            "one-record transactions, each to its own partition, while a read_committed consumer waits on all of "
+            "them; the "
             "wake-ups on (the producers NOTIFY, the consumer listens) against off (the consumer polls), paired runs "
             f"of {cost['seconds']:g} s:",
             "",
