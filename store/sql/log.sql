@@ -695,6 +695,16 @@ DECLARE
     v_cut bigint;
     i integer;
 BEGIN
+    -- Only a partition read short of its high watermark can leave a committed transaction torn:
+    -- every record, and so every span's last record, lies below its partition's high watermark.
+    -- With no such partition nothing is cut, and the records of the ranges need not be read (a
+    -- whole topic's, for a Spark job's plan, where no transaction is open).
+    IF NOT EXISTS (
+        SELECT 1 FROM unnest(p_topic_ids, p_partitions, p_limits) AS o(topic_id, partition, lim)
+        JOIN partitions pt ON pt.topic_id = o.topic_id AND pt.partition = o.partition
+        WHERE o.lim < pt.next_offset) THEN
+        RETURN p_limits;
+    END IF;
     WHILE v_changed LOOP
         v_changed := false;
         FOR i IN 1 .. coalesce(cardinality(p_topic_ids), 0) LOOP

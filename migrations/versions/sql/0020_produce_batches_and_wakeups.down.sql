@@ -12,6 +12,65 @@ DROP FUNCTION txn_waiters_v1(bigint, bigint);
 
 DROP FUNCTION wake_channel_v1();
 
+CREATE OR REPLACE FUNCTION consistent_limits_v1(p_topic_ids integer[], p_partitions integer[], p_starts bigint[], p_limits bigint[], p_scan_ends bigint[])
+ RETURNS bigint[]
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    v_limits bigint[] := p_limits;
+    v_changed boolean := true;
+    v_cut bigint;
+    i integer;
+BEGIN
+    WHILE v_changed LOOP
+        v_changed := false;
+        FOR i IN 1 .. coalesce(cardinality(p_topic_ids), 0) LOOP
+            WITH here AS MATERIALIZED (
+                -- Committed transactions among the records this read would return here (bounded
+                -- by the scan end, the reader's record cap).
+                SELECT DISTINCT r.producer_id, r.txn_number FROM records r
+                WHERE r.topic_id = p_topic_ids[i] AND r.partition = p_partitions[i]
+                  AND r."offset" >= p_starts[i] AND r."offset" < least(v_limits[i], p_scan_ends[i])
+                  AND r.is_transactional AND r.control_type IS NULL AND NOT r.aborted
+            ), torn AS (
+                -- ... that have a record at or past some requested partition's limit: their last
+                -- record there, from the spans EndTxn wrote (revision 0014).
+                SELECT h.producer_id, h.txn_number FROM here h
+                WHERE EXISTS (
+                    SELECT 1 FROM txn_spans s
+                    JOIN unnest(p_topic_ids, p_partitions, v_limits) AS o(topic_id, partition, lim)
+                      ON s.topic_id = o.topic_id AND s.partition = o.partition AND s.last_offset >= o.lim
+                    WHERE s.producer_id = h.producer_id AND s.txn_number = h.txn_number)
+            )
+            -- Where each starts here: its span's first record or, when it began below this read's
+            -- start, its first record from the start on (one is among the records this read would
+            -- return, so the index scan stops within them). Revision 0016: joining the torn
+            -- transactions with the records of the whole range read every record up to the limit.
+            SELECT min(CASE WHEN s.first_offset >= p_starts[i] THEN s.first_offset ELSE (
+                       SELECT r."offset" FROM records r
+                       WHERE r.topic_id = p_topic_ids[i] AND r.partition = p_partitions[i]
+                         AND r."offset" >= p_starts[i] AND r.is_transactional
+                         AND r.producer_id = t.producer_id AND r.txn_number = t.txn_number
+                       ORDER BY r."offset" LIMIT 1) END) INTO v_cut
+            FROM torn t JOIN txn_spans s
+              ON s.producer_id = t.producer_id AND s.txn_number = t.txn_number
+             AND s.topic_id = p_topic_ids[i] AND s.partition = p_partitions[i];
+            IF v_cut IS NOT NULL AND v_cut < v_limits[i] THEN
+                v_limits[i] := v_cut;
+                v_changed := true;
+            END IF;
+        END LOOP;
+    END LOOP;
+    RETURN v_limits;
+END
+$function$;
+
+COMMENT ON FUNCTION consistent_limits_v1(integer[], integer[], bigint[], bigint[], bigint[]) IS 'Read limits (at most p_limits, the last stable offsets) under which every committed transaction found in [start, scan end) is readable on all of the given partitions or on none.';
+
+REVOKE ALL ON FUNCTION consistent_limits_v1(integer[], integer[], bigint[], bigint[], bigint[]) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION produce_v2(p_topic text, p_partition integer, p_producer_id bigint, p_producer_epoch smallint, p_base_sequence integer, p_keys bytea[], p_values bytea[], p_headers jsonb[] DEFAULT NULL::jsonb[], p_timestamps timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], p_transactional_id text DEFAULT NULL::text, p_txn_number bigint DEFAULT NULL::bigint)
  RETURNS TABLE(base_offset bigint, last_offset bigint, log_append_time timestamp with time zone, duplicate boolean)
  LANGUAGE plpgsql
