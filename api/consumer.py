@@ -22,6 +22,7 @@ I/O), :class:`oncelog.membership.ConsumerCoordinator` (join, heartbeat, rebalanc
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -37,6 +38,7 @@ from oncelog.metrics import WindowedRate
 from oncelog.positions import RESETS, NoOffsetForPartitionError, SubscriptionState
 from oncelog.serde import Deserializer, deserialize_bytes, resolve_deserializer
 from oncelog.store import groups, log
+from oncelog.store import topics as topic_store
 from oncelog.store.engine import DEFAULT_SCHEMA
 from oncelog.store.records import PartitionFetch, WaitRegistration
 from oncelog.types import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, TopicPartition
@@ -46,7 +48,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["Consumer", "NoOffsetForPartitionError", "RebalanceCallback"]
 
 _ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
-_ASSIGNORS = ("range", "roundrobin")
+_ASSIGNORS = ("range", "roundrobin", "sticky")
 #: Kafka's request.timeout.ms default: the statement and lock timeout of every consumer connection.
 _REQUEST_TIMEOUT_MS = 30_000
 #: How long past poll()'s timeout its fetch may still take before its connection is cut (a fetch
@@ -88,6 +90,7 @@ class Consumer(Client):
         session_timeout_ms: int = 45_000,
         heartbeat_interval_ms: int = 3000,
         max_poll_interval_ms: int = 300_000,
+        metadata_max_age_ms: int = 300_000,
         max_poll_records: int = 500,
         partition_assignment_strategy: str = "range",
         default_api_timeout_ms: int = 60_000,
@@ -103,6 +106,7 @@ class Consumer(Client):
             ("auto_commit_interval_ms", auto_commit_interval_ms),
             ("heartbeat_interval_ms", heartbeat_interval_ms),
             ("max_poll_interval_ms", max_poll_interval_ms),
+            ("metadata_max_age_ms", metadata_max_age_ms),
             ("default_api_timeout_ms", default_api_timeout_ms),
             ("fetch_min_backoff_ms", fetch_min_backoff_ms),
             ("fetch_max_backoff_ms", fetch_max_backoff_ms),
@@ -132,7 +136,12 @@ class Consumer(Client):
             raise ConfigurationError("need 0 < fetch_min_backoff_ms <= fetch_max_backoff_ms")
         if not 0 < heartbeat_interval_ms < session_timeout_ms:
             raise ConfigurationError("need 0 < heartbeat_interval_ms < session_timeout_ms")
-        if max_poll_interval_ms <= 0 or auto_commit_interval_ms <= 0 or default_api_timeout_ms <= 0:
+        if (
+            max_poll_interval_ms <= 0
+            or auto_commit_interval_ms <= 0
+            or default_api_timeout_ms <= 0
+            or metadata_max_age_ms <= 0
+        ):
             raise ConfigurationError("intervals and timeouts must be positive")
         if group_id is not None and not (isinstance(group_id, str) and 1 <= len(group_id) <= 255):
             raise errors.InvalidGroupIdError("group_id must be a string of 1 to 255 characters")
@@ -193,7 +202,7 @@ class Consumer(Client):
         self._coordinator: ConsumerCoordinator | None = None
         if group_id is not None:
             self._coordinator = ConsumerCoordinator(
-                DatabaseGroupStore(self._request),
+                DatabaseGroupStore(self._request, self._connect if listen_for_writes else None),
                 self._subscriptions,
                 group_id=group_id,
                 group_instance_id=group_instance_id,
@@ -203,6 +212,9 @@ class Consumer(Client):
                 max_poll_interval=max_poll_interval_ms / 1000,
                 assignor=partition_assignment_strategy,
                 fill_positions=lambda partitions: self._initial_positions(partitions, wait=False),
+                before_revoke=self._commit_revoked,
+                list_topics=self._topic_names,
+                metadata_max_age=metadata_max_age_ms / 1000,
             )
         self._last_auto_commit = time.monotonic()
 
@@ -218,25 +230,55 @@ class Consumer(Client):
 
     def subscribe(
         self,
-        topics: Iterable[str],
+        topics: Iterable[str] = (),
         on_assign: RebalanceCallback | None = None,
         on_revoke: RebalanceCallback | None = None,
+        on_lost: RebalanceCallback | None = None,
+        *,
+        pattern: str | re.Pattern[str] | None = None,
     ) -> None:
         """Join the consumer group and read the partitions the store assigns to this member.
 
+        ``topics`` need not exist yet: their partitions come once they are created (as in
+        Kafka). With ``pattern`` (a regular expression, or a compiled one) instead, the member
+        subscribes to every topic whose whole name it matches, and looks again every
+        ``metadata_max_age_ms``, so topics created later are picked up.
+
         ``on_revoke(partitions)`` and ``on_assign(partitions)`` run on the caller's thread when a
-        rebalance takes partitions away or hands new ones over (at subscribe and in poll).
+        rebalance takes partitions away or hands new ones over (at subscribe and in poll). Only
+        the partitions that move are revoked, and nobody else reads them until ``on_revoke``
+        has returned: it may commit their offsets (with auto-commit, their positions are
+        committed just before it), and their next owner starts from there.
+        ``on_lost(partitions)`` runs instead when they may have been handed on already (the
+        session timed out, or the member was removed): committing is then refused. Without
+        ``on_lost``, ``on_revoke`` runs, as in Kafka.
         """
         if self._coordinator is None:
             raise ConfigurationError("subscribe() needs a group_id")
-        if isinstance(topics, str | bytes) or not isinstance(topics, Iterable):
-            raise ConfigurationError(f"subscribe to an iterable of topic names, not {topics!r}")
-        names = sorted({validate.text("topic", t, error=errors.InvalidTopicError) for t in topics})
-        if not names:
-            raise ConfigurationError("subscribe to one or more topic names")
+        compiled: re.Pattern[str] | None = None
+        names: list[str] = []
+        if pattern is not None:
+            if topics:
+                raise ConfigurationError("subscribe to topics or to a pattern, not both")
+            if isinstance(pattern, str):
+                try:
+                    compiled = re.compile(pattern)
+                except re.error as exc:
+                    raise ConfigurationError(f"pattern {pattern!r} is not a regular expression: {exc}") from exc
+            elif isinstance(pattern, re.Pattern) and isinstance(pattern.pattern, str):
+                compiled = pattern
+            else:
+                raise ConfigurationError(f"pattern must be a str or a compiled str pattern, not {pattern!r}")
+        else:
+            if isinstance(topics, str | bytes) or not isinstance(topics, Iterable):
+                raise ConfigurationError(f"subscribe to an iterable of topic names, not {topics!r}")
+            names = sorted({validate.text("topic", t, error=errors.InvalidTopicError) for t in topics})
+            if not names:
+                raise ConfigurationError("subscribe to one or more topic names, or to a pattern")
         validate.callback("on_assign", on_assign)
         validate.callback("on_revoke", on_revoke)
-        self._coordinator.subscribe(names, on_assign, on_revoke)
+        validate.callback("on_lost", on_lost)
+        self._coordinator.subscribe(names, on_assign, on_revoke, on_lost, pattern=compiled)
 
     def unsubscribe(self) -> None:
         """Leave the group and drop the assignment."""
@@ -296,8 +338,9 @@ class Consumer(Client):
     def commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None) -> None:
         """Commit offsets (default: the current positions of the assigned partitions) for the group.
 
-        A member commits in its current generation, and only for its partitions; after a rebalance
-        it missed, the store answers ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID (the commit failed).
+        A member commits only for the partitions it owns (in ``on_revoke`` too: it owns them until
+        that returns); for others the store answers UNASSIGNED_PARTITION, and UNKNOWN_MEMBER_ID
+        once the member has been removed (the commit failed).
         """
         group_id = self._require_group()
         if offsets is None:
@@ -366,6 +409,10 @@ class Consumer(Client):
                 self._initial_positions(awaiting, wait=False)
             last_fetch = time.monotonic()
             records = self._fetch_once(deadline)
+            if self._coordinator is not None and not self._coordinator.session_alive():
+                # The session ran out around this fetch (a stalled process): its partitions
+                # may have new owners. Drop the records; the next round loses the partitions.
+                continue
             remaining = deadline - time.monotonic()
             if records or remaining <= 0:
                 return records
@@ -661,6 +708,23 @@ class Consumer(Client):
             self.commit()
         except (errors.IllegalGenerationError, errors.UnknownMemberIdError, errors.UnassignedPartitionError):
             logger.info("auto-commit raced a rebalance; the new owner resumes from the last commit")
+
+    def _topic_names(self) -> list[str]:
+        with self._request() as conn:
+            return list(topic_store.list_topics(conn))
+
+    def _commit_revoked(self, partitions: set[TopicPartition]) -> None:
+        """With auto-commit: commit the positions of partitions about to be revoked (Kafka does),
+        so their next owner starts where this member stopped."""
+        if not self._auto_commit:
+            return
+        positions = {tp: offset for tp, offset in self._subscriptions.positions().items() if tp in partitions}
+        if not positions:
+            return
+        try:
+            self.commit(positions)
+        except errors.OncelogError:
+            logger.warning("committing the revoked partitions failed; their next owner resumes from the last commit")
 
 
 def _fetch_bound(deadline: float, now: float) -> float:

@@ -1,9 +1,11 @@
 """Consumer group operations: JoinGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch and
 TxnOffsetCommit (KIP-447). The store computes assignments; a member learns its partitions from
-the join and every heartbeat."""
+the join and every heartbeat, and names in each heartbeat the partitions it still holds: a
+partition passes to its next owner only once its owner let go of it (KIP-848)."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -17,11 +19,18 @@ from oncelog.store.errors import mapped_errors
 
 @dataclass(frozen=True, slots=True)
 class Membership:
-    """A member's view of its group after a join or heartbeat."""
+    """A member's view of its group after a join or heartbeat.
+
+    ``assignment`` is what the member owns and keeps: it is to revoke whatever else it holds and
+    then stop naming it (the next heartbeat lets go of it). ``reconciling``: the member has
+    partitions to give up or partitions to come once their owners let go, so it should
+    heartbeat again soon.
+    """
 
     member_id: str
     generation: int
     assignment: frozenset[tuple[str, int]]
+    reconciling: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +62,15 @@ def join_group(
     member_id: str | None = None,
     group_instance_id: str | None = None,
     client_id: str | None = None,
+    owned: Iterable[tuple[str, int]] = (),
 ) -> Membership:
-    """JoinGroup: join (or rejoin) and get the member id, generation and assignment."""
+    """JoinGroup: join (or rejoin with ``member_id``, naming the partitions it still holds in
+    ``owned``) and get the member id, generation and assignment."""
+    held = sorted(set(owned))
     row = _call(
         conn,
-        "SELECT member_id, generation, topics, partitions FROM join_group_v1(%(g)s, %(m)s, %(i)s, %(c)s, "
-        "%(t)s::text[], %(s)s, %(a)s)",
+        "SELECT member_id, generation, topics, partitions, reconciling FROM join_group_v2(%(g)s, %(m)s, %(i)s, "
+        "%(c)s, %(t)s::text[], %(s)s, %(a)s, %(ot)s::text[], %(op)s::integer[])",
         {
             "g": group_id,
             "m": member_id,
@@ -67,21 +79,62 @@ def join_group(
             "t": sorted(set(topics)),
             "s": session_timeout_ms,
             "a": assignor,
+            "ot": [t for t, _ in held],
+            "op": [p for _, p in held],
         },
     ).one()
-    return Membership(row.member_id, int(row.generation), _assignment(row.topics, row.partitions))
+    return Membership(
+        row.member_id, int(row.generation), _assignment(row.topics, row.partitions), bool(row.reconciling)
+    )
 
 
 def heartbeat(
-    conn: sa.Connection, *, group_id: str, member_id: str, group_instance_id: str | None = None
+    conn: sa.Connection,
+    *,
+    group_id: str,
+    member_id: str,
+    group_instance_id: str | None = None,
+    owned: Iterable[tuple[str, int]] = (),
 ) -> Membership:
-    """Heartbeat: stay a member; returns the current generation and this member's assignment."""
+    """Heartbeat (KIP-848's ConsumerGroupHeartbeat): stay a member, let go of the partitions it
+    owns but no longer names in ``owned`` and no longer targets; returns the generation and what
+    it owns and keeps."""
+    held = sorted(set(owned))
     row = _call(
         conn,
-        "SELECT generation, topics, partitions FROM heartbeat_v1(%(g)s, %(m)s, %(i)s)",
-        {"g": group_id, "m": member_id, "i": group_instance_id},
+        "SELECT generation, topics, partitions, reconciling FROM heartbeat_v2(%(g)s, %(m)s, %(i)s, "
+        "%(ot)s::text[], %(op)s::integer[])",
+        {"g": group_id, "m": member_id, "i": group_instance_id, "ot": [t for t, _ in held], "op": [p for _, p in held]},
     ).one()
-    return Membership(member_id, int(row.generation), _assignment(row.topics, row.partitions))
+    return Membership(
+        member_id, int(row.generation), _assignment(row.topics, row.partitions), bool(row.reconciling)
+    )
+
+
+def listen_for_changes(conn: sa.Connection) -> str:
+    """LISTEN on ``conn`` (in autocommit) for changes of every group's target or owners, which
+    the store announces with the group id's md5 (:func:`change_digest`); returns the channel."""
+    return str(_call(conn, "SELECT group_listen_v1()", {}).scalar_one())
+
+
+def change_digest(group_id: str) -> str:
+    """The payload with which the store announces a change of ``group_id``."""
+    return hashlib.md5(group_id.encode(), usedforsecurity=False).hexdigest()
+
+
+def await_change(conn: sa.Connection, channel: str, digest: str, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds on ``conn`` (see :func:`listen_for_changes`) for a change of
+    the group whose :func:`change_digest` is ``digest``; True if one came. Announcements of
+    other groups are passed over."""
+    pg = conn.connection.dbapi_connection
+    deadline = time.monotonic() + max(timeout, 0.0)
+    with mapped_errors():
+        while True:
+            for note in pg.notifies(timeout=max(deadline - time.monotonic(), 0.0)):  # type: ignore[union-attr]
+                if note.channel == channel and note.payload == digest:
+                    return True
+            if time.monotonic() >= deadline:
+                return False
 
 
 def leave_group(conn: sa.Connection, *, group_id: str, member_id: str) -> None:

@@ -36,7 +36,7 @@ TXN_STATES = (
 )
 
 #: The states a consumer group can be in.
-GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
+GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Reconciling", "Stable", "Dead")
 
 #: Control records written by the coordinator at the end of a transaction.
 CONTROL_TYPES = ("commit", "abort")
@@ -633,7 +633,8 @@ groups = sa.Table(
         sa.Text,
         nullable=False,
         server_default=sa.text("'Empty'"),
-        comment="Empty, PreparingRebalance, CompletingRebalance, Stable or Dead.",
+        comment="Empty, Stable, or Reconciling (a partition waits for its old owner to let go); "
+        "PreparingRebalance, CompletingRebalance and Dead are never set.",
     ),
     sa.Column(
         "generation",
@@ -647,7 +648,7 @@ groups = sa.Table(
         sa.Text,
         nullable=False,
         server_default=sa.text("'range'"),
-        comment="The partition assignment strategy computed by the store ('range' or 'roundrobin').",
+        comment="The partition assignment strategy computed by the store ('range', 'roundrobin' or 'sticky').",
     ),
     sa.Column(
         "created_at",
@@ -665,7 +666,7 @@ groups = sa.Table(
     ),
     sa.CheckConstraint(_in("state", GROUP_STATES), name="state_valid"),
     sa.CheckConstraint("generation >= 0", name="generation_nonnegative"),
-    sa.CheckConstraint("assignor IN ('range', 'roundrobin')", name="assignor_valid"),
+    sa.CheckConstraint("assignor IN ('range', 'roundrobin', 'sticky')", name="assignor_valid"),
     sa.CheckConstraint(f"length(group_id) BETWEEN 1 AND {MAX_ID_LENGTH}", name="group_id_length"),
     comment="Consumer groups and their generations.",
 )
@@ -714,6 +715,13 @@ group_members = sa.Table(
         server_default=_now(),
         comment="When the member last heartbeated.",
     ),
+    sa.Column(
+        "owner",
+        pg.OID,
+        nullable=True,
+        comment="The principal (role OID) that joined; only it may act as the member (revision 0021). NULL for "
+        "members that joined before: usable by nobody, so they join again.",
+    ),
     sa.UniqueConstraint("group_id", "group_instance_id"),
     sa.CheckConstraint("session_timeout_ms > 0", name="session_timeout_positive"),
     sa.CheckConstraint("joined_generation >= 0", name="joined_generation_nonnegative"),
@@ -736,7 +744,7 @@ member_assignments = sa.Table(
         "generation",
         sa.Integer,
         nullable=False,
-        comment="The generation in which this assignment was computed.",
+        comment="The generation in which the member took the partition: its commits must name this one or a later one.",
     ),
     # ON UPDATE CASCADE: a static member rejoining gets a new member id and keeps its partitions.
     sa.ForeignKeyConstraint(
@@ -751,7 +759,38 @@ member_assignments = sa.Table(
         ondelete="CASCADE",
     ),
     sa.Index(None, "group_id", "member_id"),
-    comment="The current assignment: each partition belongs to at most one member of a group.",
+    comment="Who owns each partition now: at most one member of a group. A partition passes to the member its "
+    "target_assignments row names only once its owner has let go of it (or left, or timed out).",
+)
+
+target_assignments = sa.Table(
+    "target_assignments",
+    metadata,
+    sa.Column("group_id", sa.Text, primary_key=True, comment="The group."),
+    sa.Column("topic_id", sa.Integer, primary_key=True, comment="The topic."),
+    sa.Column("partition", sa.Integer, primary_key=True, comment="The partition."),
+    sa.Column("member_id", sa.Text, nullable=False, comment="The member the assignor gives the partition to."),
+    sa.Column(
+        "generation",
+        sa.Integer,
+        nullable=False,
+        comment="The generation whose assignment this is.",
+    ),
+    # ON UPDATE CASCADE: a static member rejoining gets a new member id and keeps its target.
+    sa.ForeignKeyConstraint(
+        ["group_id", "member_id"],
+        [group_members.c.group_id, group_members.c.member_id],
+        ondelete="CASCADE",
+        onupdate="CASCADE",
+    ),
+    sa.ForeignKeyConstraint(
+        ["topic_id", "partition"],
+        [partitions.c.topic_id, partitions.c.partition],
+        ondelete="CASCADE",
+    ),
+    sa.Index(None, "group_id", "member_id"),
+    comment="The assignor's answer for the current generation (KIP-848's target assignment): each member_assignments "
+    "row moves towards it as owners let go.",
 )
 
 committed_offsets = sa.Table(

@@ -1,9 +1,11 @@
 -- Consumer groups: JoinGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, TxnOffsetCommit
 -- (KIP-447) and the operator's offset reset. The groups row is the lock of every membership
--- decision; offset rows are written in key order.
+-- decision; offset rows are written in key order. The assignor computes a target
+-- (target_assignments); a partition passes to its target member only once its owner
+-- (member_assignments) lets go, as in KIP-848, so no two members own a partition at once.
 
-CREATE OR REPLACE FUNCTION join_group_v1(p_group_id text, p_member_id text, p_group_instance_id text, p_client_id text, p_topics text[], p_session_timeout_ms integer, p_assignor text)
- RETURNS TABLE(member_id text, generation integer, topics text[], partitions integer[])
+CREATE OR REPLACE FUNCTION join_group_v2(p_group_id text, p_member_id text, p_group_instance_id text, p_client_id text, p_topics text[], p_session_timeout_ms integer, p_assignor text, p_owned_topics text[], p_owned_partitions integer[])
+ RETURNS TABLE(member_id text, generation integer, topics text[], partitions integer[], reconciling boolean)
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path FROM CURRENT
@@ -13,6 +15,7 @@ DECLARE
     m group_members%ROWTYPE;
     v_member text;
     v_changed boolean := false;
+    v_bad text;
 BEGIN
     -- Access control (revision 0009, docs/acl.md), before any lock or write. While enforcement
     -- is off this one lookup is all it costs.
@@ -24,24 +27,39 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'OL001',
             MESSAGE = format('session timeout %s ms is outside [100, 1800000]', p_session_timeout_ms);
     END IF;
-    IF p_assignor NOT IN ('range', 'roundrobin') THEN
-        RAISE EXCEPTION USING ERRCODE = 'OL001', MESSAGE = format('unknown assignor %L (range, roundrobin)', p_assignor);
+    IF p_assignor IS NULL OR p_assignor NOT IN ('range', 'roundrobin', 'sticky') THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL001',
+            MESSAGE = format('unknown assignor %L (range, roundrobin, sticky)', p_assignor);
     END IF;
-    IF p_topics IS NULL OR cardinality(p_topics) = 0 OR EXISTS (
-        SELECT 1 FROM unnest(p_topics) n WHERE NOT EXISTS (SELECT 1 FROM topics t WHERE t.name = n)) THEN
-        RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = 'subscribe to one or more existing topics';
+    -- A topic that does not exist yet may be subscribed to, as in Kafka: its partitions are
+    -- assigned at the first group call after it is created (group_expire_members_v1). So the
+    -- names are checked as names, and bounded.
+    IF p_topics IS NULL OR cardinality(p_topics) > 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000', MESSAGE = 'a member subscribes to an array of at most 10000 topics';
     END IF;
+    SELECT n INTO v_bad FROM unnest(p_topics) n
+    WHERE n IS NULL OR n !~ '^[A-Za-z0-9._-]{1,249}$' OR n IN ('.', '..')
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL103',
+            MESSAGE = format('invalid topic name %L: use letters, digits, ''.'', ''_'', ''-'' (1 to 249 characters)', v_bad);
+    END IF;
+    PERFORM group_owned_args_v1(p_owned_topics, p_owned_partitions);
     g := group_lock_v1(p_group_id, true);
     IF g.assignor <> p_assignor AND EXISTS (SELECT 1 FROM group_members x WHERE x.group_id = p_group_id) THEN
         RAISE EXCEPTION USING ERRCODE = 'OL001',
             MESSAGE = format('group %L uses the %s assignor, not %s', p_group_id, g.assignor, p_assignor);
     END IF;
-    UPDATE groups x SET assignor = p_assignor WHERE x.group_id = p_group_id;
+    IF g.assignor <> p_assignor THEN
+        UPDATE groups x SET assignor = p_assignor WHERE x.group_id = p_group_id;
+    END IF;
     v_changed := group_expire_members_v1(p_group_id);
 
     IF p_member_id IS NOT NULL THEN
         SELECT * INTO m FROM group_members x WHERE x.group_id = p_group_id AND x.member_id = p_member_id;
-        IF NOT FOUND THEN
+        -- Another principal's member is unknown to the caller (revision 0021: a member id is not
+        -- a bearer token).
+        IF NOT FOUND OR m.owner IS DISTINCT FROM acl_caller_v1() THEN
             RAISE EXCEPTION USING ERRCODE = 'OL402',
                 MESSAGE = format('%L is not a member of group %L: join without a member id', p_member_id, p_group_id);
         END IF;
@@ -54,10 +72,14 @@ BEGIN
     ELSIF p_group_instance_id IS NOT NULL AND EXISTS (
         SELECT 1 FROM group_members x WHERE x.group_id = p_group_id AND x.group_instance_id = p_group_instance_id) THEN
         -- Static membership: a restarted instance takes its place back under a new member id,
-        -- which fences the old one (FENCED_INSTANCE_ID); no rebalance unless it subscribes
-        -- differently.
+        -- which fences the old one (FENCED_INSTANCE_ID) and hands over what it owned and was
+        -- to own (ON UPDATE CASCADE); no rebalance unless it subscribes differently.
         v_member := coalesce(p_client_id, 'member') || '-' || gen_random_uuid();
         SELECT * INTO m FROM group_members x WHERE x.group_id = p_group_id AND x.group_instance_id = p_group_instance_id;
+        IF m.owner IS DISTINCT FROM acl_caller_v1() THEN
+            RAISE EXCEPTION USING ERRCODE = 'OL405',
+                MESSAGE = format('instance %L of group %L is held by another principal', p_group_instance_id, p_group_id);
+        END IF;
         UPDATE group_members x SET member_id = v_member, client_id = p_client_id, last_heartbeat_at = clock_timestamp()
         WHERE x.group_id = p_group_id AND x.member_id = m.member_id;
         IF m.subscription IS DISTINCT FROM p_topics OR m.session_timeout_ms <> p_session_timeout_ms THEN
@@ -68,31 +90,29 @@ BEGIN
     ELSE
         v_member := coalesce(p_client_id, 'member') || '-' || gen_random_uuid();
         INSERT INTO group_members (group_id, member_id, group_instance_id, client_id, subscription,
-                                   session_timeout_ms, joined_generation, last_heartbeat_at)
+                                   session_timeout_ms, joined_generation, last_heartbeat_at, owner)
         VALUES (p_group_id, v_member, p_group_instance_id, p_client_id, p_topics, p_session_timeout_ms,
-                g.generation + 1, clock_timestamp());
+                g.generation + 1, clock_timestamp(), acl_caller_v1());
         v_changed := true;
     END IF;
     UPDATE group_members x SET last_heartbeat_at = clock_timestamp() WHERE x.group_id = p_group_id AND x.member_id = v_member;
     IF v_changed THEN
         PERFORM group_rebalance_v1(p_group_id);
     END IF;
-    RETURN QUERY
-    SELECT v_member, gr.generation,
-           coalesce(array_agg(t.name ORDER BY t.name, a.partition) FILTER (WHERE a.member_id IS NOT NULL), '{}'),
-           coalesce(array_agg(a.partition ORDER BY t.name, a.partition) FILTER (WHERE a.member_id IS NOT NULL), '{}')
-    FROM groups gr
-    LEFT JOIN member_assignments a ON a.group_id = gr.group_id AND a.member_id = v_member
-    LEFT JOIN topics t ON t.topic_id = a.topic_id
-    WHERE gr.group_id = p_group_id
-    GROUP BY gr.generation;
+    -- A member rejoining under its id names what it holds; a new member (or a static one back
+    -- under a new id) holds nothing yet, so whatever it owns and no longer targets goes at once.
+    PERFORM group_release_v1(p_group_id, v_member,
+                             CASE WHEN p_member_id IS NULL THEN '{}' ELSE p_owned_topics END,
+                             CASE WHEN p_member_id IS NULL THEN '{}' ELSE p_owned_partitions END);
+    RETURN QUERY SELECT v_member, v.generation, v.topics, v.partitions, v.reconciling
+    FROM group_member_view_v1(p_group_id, v_member) v;
 END
 $fn$;
-COMMENT ON FUNCTION join_group_v1(p_group_id text, p_member_id text, p_group_instance_id text, p_client_id text, p_topics text[], p_session_timeout_ms integer, p_assignor text) IS
-  'JoinGroup (server-side assignment): joins or rejoins a member, removes members past their session timeout, rebalances on any membership or subscription change, and returns the member id, generation and its assignment. A static member (group instance id) takes its place back without a rebalance.';
+COMMENT ON FUNCTION join_group_v2(p_group_id text, p_member_id text, p_group_instance_id text, p_client_id text, p_topics text[], p_session_timeout_ms integer, p_assignor text, p_owned_topics text[], p_owned_partitions integer[]) IS
+  'JoinGroup (server-side assignment): joins or rejoins a member, removes members past their session timeout, recomputes the target assignment on any membership or subscription change, and returns the member id, the generation, the partitions the member owns and keeps, and whether it is reconciling (it is to give up partitions it owns, or waits for partitions their owners have not let go yet). A member rejoining under its id names the partitions it still holds (p_owned_*), as heartbeat_v2. A static member (group instance id) takes its place back without a rebalance.';
 
-CREATE OR REPLACE FUNCTION heartbeat_v1(p_group_id text, p_member_id text, p_group_instance_id text)
- RETURNS TABLE(generation integer, topics text[], partitions integer[])
+CREATE OR REPLACE FUNCTION heartbeat_v2(p_group_id text, p_member_id text, p_group_instance_id text, p_owned_topics text[], p_owned_partitions integer[])
+ RETURNS TABLE(generation integer, topics text[], partitions integer[], reconciling boolean)
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path FROM CURRENT
@@ -103,24 +123,19 @@ BEGIN
     IF (SELECT acl_settings.enforce FROM acl_settings) THEN
         PERFORM acl_require_v1('group', ARRAY[p_group_id], 'read');
     END IF;
+    PERFORM group_owned_args_v1(p_owned_topics, p_owned_partitions);
     PERFORM group_lock_v1(p_group_id, false);
     PERFORM group_expire_members_v1(p_group_id);
     PERFORM group_member_check_v1(p_group_id, p_member_id, p_group_instance_id, NULL);
     UPDATE group_members x SET last_heartbeat_at = clock_timestamp()
     WHERE x.group_id = p_group_id AND x.member_id = p_member_id;
-    RETURN QUERY
-    SELECT gr.generation,
-           coalesce(array_agg(t.name ORDER BY t.name, a.partition) FILTER (WHERE a.member_id IS NOT NULL), '{}'),
-           coalesce(array_agg(a.partition ORDER BY t.name, a.partition) FILTER (WHERE a.member_id IS NOT NULL), '{}')
-    FROM groups gr
-    LEFT JOIN member_assignments a ON a.group_id = gr.group_id AND a.member_id = p_member_id
-    LEFT JOIN topics t ON t.topic_id = a.topic_id
-    WHERE gr.group_id = p_group_id
-    GROUP BY gr.generation;
+    PERFORM group_release_v1(p_group_id, p_member_id, p_owned_topics, p_owned_partitions);
+    RETURN QUERY SELECT v.generation, v.topics, v.partitions, v.reconciling
+    FROM group_member_view_v1(p_group_id, p_member_id) v;
 END
 $fn$;
-COMMENT ON FUNCTION heartbeat_v1(p_group_id text, p_member_id text, p_group_instance_id text) IS
-  'Heartbeat: keeps the member alive and returns the current generation and its assignment (a new generation means a rebalance happened). UNKNOWN_MEMBER_ID or FENCED_INSTANCE_ID when the member was replaced.';
+COMMENT ON FUNCTION heartbeat_v2(p_group_id text, p_member_id text, p_group_instance_id text, p_owned_topics text[], p_owned_partitions integer[]) IS
+  'Heartbeat (KIP-848''s ConsumerGroupHeartbeat): keeps the member alive, lets go of the partitions it owns that are no longer its target and that it no longer names in p_owned_* (their target members take them), and returns the generation, the partitions it owns and keeps, and whether it is reconciling. UNKNOWN_MEMBER_ID or FENCED_INSTANCE_ID when the member was replaced.';
 
 CREATE OR REPLACE FUNCTION leave_group_v1(p_group_id text, p_member_id text)
  RETURNS void
@@ -135,14 +150,16 @@ BEGIN
         PERFORM acl_require_v1('group', ARRAY[p_group_id], 'read');
     END IF;
     PERFORM group_lock_v1(p_group_id, false);
-    DELETE FROM group_members x WHERE x.group_id = p_group_id AND x.member_id = p_member_id;
+    -- Only the principal that joined may remove the member (revision 0021).
+    DELETE FROM group_members x
+    WHERE x.group_id = p_group_id AND x.member_id = p_member_id AND x.owner IS NOT DISTINCT FROM acl_caller_v1();
     IF FOUND THEN
         PERFORM group_rebalance_v1(p_group_id);
     END IF;
 END
 $fn$;
 COMMENT ON FUNCTION leave_group_v1(p_group_id text, p_member_id text) IS
-  'LeaveGroup: removes the member and rebalances the rest.';
+  'LeaveGroup: removes the member (only the principal that joined may) and rebalances the rest.';
 
 CREATE OR REPLACE FUNCTION offset_commit_v1(p_group_id text, p_member_id text, p_group_instance_id text, p_generation integer, p_topics text[], p_partitions integer[], p_offsets bigint[], p_metadata text[])
  RETURNS void
@@ -381,15 +398,15 @@ BEGIN
     DELETE FROM group_members m
     WHERE m.group_id = p_group_id
       AND m.last_heartbeat_at + make_interval(secs => m.session_timeout_ms / 1000.0) < clock_timestamp();
-    -- Also rebalance when a subscribed partition has no owner: partitions added to a topic (or a
-    -- topic created after the members subscribed) are assigned at the next group call.
+    -- Also rebalance when a subscribed partition is nobody's target: partitions added to a topic
+    -- (or a topic created after the members subscribed) are assigned at the next group call.
     IF FOUND OR EXISTS (
         SELECT 1 FROM group_members m
         CROSS JOIN LATERAL unnest(m.subscription) AS sub(name)
         JOIN topics t ON t.name = sub.name
         JOIN partitions pt ON pt.topic_id = t.topic_id
         WHERE m.group_id = p_group_id
-          AND NOT EXISTS (SELECT 1 FROM member_assignments a
+          AND NOT EXISTS (SELECT 1 FROM target_assignments a
                           WHERE a.group_id = p_group_id AND a.topic_id = pt.topic_id AND a.partition = pt.partition)) THEN
         PERFORM group_rebalance_v1(p_group_id);
         RETURN true;
@@ -398,7 +415,7 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION group_expire_members_v1(p_group_id text) IS
-  'Internal: removes members past their session timeout; rebalances if any went or a subscribed partition has no owner.';
+  'Internal: removes members past their session timeout (their partitions go to their target members); rebalances if any went or a subscribed partition is nobody''s target.';
 
 CREATE OR REPLACE FUNCTION group_rebalance_v1(p_group_id text)
  RETURNS void
@@ -408,16 +425,15 @@ AS $fn$
 DECLARE
     g groups%ROWTYPE;
 BEGIN
-    UPDATE groups x SET generation = x.generation + 1,
-        state = CASE WHEN EXISTS (SELECT 1 FROM group_members m WHERE m.group_id = p_group_id)
-                     THEN 'Stable' ELSE 'Empty' END,
-        updated_at = now()
+    UPDATE groups x SET generation = x.generation + 1, updated_at = now()
     WHERE x.group_id = p_group_id
     RETURNING * INTO g;
-    DELETE FROM member_assignments a WHERE a.group_id = p_group_id;
-    IF g.assignor = 'range' THEN
+    IF g.assignor = 'sticky' THEN
+        PERFORM group_assign_sticky_v1(p_group_id, g.generation);
+    ELSIF g.assignor = 'range' THEN
+        DELETE FROM target_assignments a WHERE a.group_id = p_group_id;
         -- Per topic, the subscribers in order get contiguous ranges; the first (p mod n) get one more.
-        INSERT INTO member_assignments (group_id, topic_id, partition, member_id, generation)
+        INSERT INTO target_assignments (group_id, topic_id, partition, member_id, generation)
         SELECT p_group_id, s.topic_id, pt.partition, s.member_id, g.generation
         FROM (
             SELECT m.member_id, t.topic_id,
@@ -433,9 +449,10 @@ BEGIN
         WHERE pt.partition >= s.i * (s.p / s.n) + least(s.i, s.p % s.n)
           AND pt.partition < (s.i + 1) * (s.p / s.n) + least(s.i + 1, s.p % s.n);
     ELSE
+        DELETE FROM target_assignments a WHERE a.group_id = p_group_id;
         -- Round robin over all subscribed partitions in (topic, partition) order, each partition
         -- going to the next member subscribed to its topic.
-        INSERT INTO member_assignments (group_id, topic_id, partition, member_id, generation)
+        INSERT INTO target_assignments (group_id, topic_id, partition, member_id, generation)
         SELECT p_group_id, tp.topic_id, tp.partition, sm.member_id, g.generation
         FROM (
             SELECT pt.topic_id, pt.partition,
@@ -451,10 +468,253 @@ BEGIN
             WHERE m.group_id = p_group_id AND t2.topic_id = tp.topic_id
         ) sm ON sm.i = tp.k % sm.n;
     END IF;
+    PERFORM group_reconcile_v1(p_group_id);
+    PERFORM group_notify_v1(p_group_id);
 END
 $fn$;
 COMMENT ON FUNCTION group_rebalance_v1(p_group_id text) IS
-  'Internal: bumps the generation and recomputes the whole assignment (range or roundrobin).';
+  'Internal: bumps the generation, recomputes the target assignment (range, roundrobin or sticky) and hands over the partitions nobody owns.';
+
+CREATE OR REPLACE FUNCTION group_assign_sticky_v1(p_group_id text, p_generation integer)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_members text[];
+    v_counts integer[];
+    v_total integer;
+    v_floor integer;
+    v_extra integer;
+    v_topic integer := NULL;
+    v_subs integer[];
+    v_best integer;
+    v_k integer;
+    v_topic_ids integer[] := '{}';
+    v_parts integer[] := '{}';
+    v_owners text[] := '{}';
+    r record;
+BEGIN
+    -- Kafka's sticky assignor, simplified: every member keeps what the previous target gave it
+    -- (and still subscribes to) up to its fair share, and the rest go, one by one, to the
+    -- subscribed member with the fewest. With every member subscribed to the same topics the
+    -- shares differ by at most one and only the partitions that must move do.
+    SELECT array_agg(m.member_id ORDER BY coalesce(m.group_instance_id, m.member_id), m.member_id)
+    INTO v_members FROM group_members m WHERE m.group_id = p_group_id;
+    DELETE FROM target_assignments a WHERE a.group_id = p_group_id AND a.member_id <> ALL (coalesce(v_members, '{}'));
+    IF v_members IS NULL THEN
+        RETURN;
+    END IF;
+    v_counts := array_fill(0, ARRAY[cardinality(v_members)]);
+    SELECT count(*) INTO v_total FROM partitions pt JOIN topics t USING (topic_id)
+    WHERE EXISTS (SELECT 1 FROM group_members m WHERE m.group_id = p_group_id AND t.name = ANY (m.subscription));
+    v_floor := v_total / cardinality(v_members);
+    v_extra := v_total % cardinality(v_members);
+    -- Keep: the previous target's rows whose member still subscribes to the topic, member by
+    -- member, up to the floor share, or one more while the shares above the floor last.
+    FOR r IN
+        SELECT array_position(v_members, a.member_id) AS k, a.topic_id, a.partition
+        FROM target_assignments a JOIN topics t USING (topic_id)
+        JOIN group_members m ON m.group_id = a.group_id AND m.member_id = a.member_id
+        WHERE a.group_id = p_group_id AND t.name = ANY (m.subscription)
+        ORDER BY 1, t.name, a.partition
+    LOOP
+        IF v_counts[r.k] < v_floor OR (v_counts[r.k] = v_floor AND v_extra > 0) THEN
+            IF v_counts[r.k] = v_floor THEN
+                v_extra := v_extra - 1;
+            END IF;
+            v_counts[r.k] := v_counts[r.k] + 1;
+            v_topic_ids := v_topic_ids || r.topic_id;
+            v_parts := v_parts || r.partition;
+            v_owners := v_owners || v_members[r.k];
+        END IF;
+    END LOOP;
+    -- Give: every other subscribed partition to the subscribed member with the fewest (the
+    -- first in member order on a tie).
+    FOR r IN
+        SELECT pt.topic_id, pt.partition FROM partitions pt JOIN topics t USING (topic_id)
+        WHERE EXISTS (SELECT 1 FROM group_members m WHERE m.group_id = p_group_id AND t.name = ANY (m.subscription))
+          AND NOT EXISTS (SELECT 1 FROM unnest(v_topic_ids, v_parts) kept(topic_id, partition)
+                          WHERE kept.topic_id = pt.topic_id AND kept.partition = pt.partition)
+        ORDER BY t.name, pt.partition
+    LOOP
+        IF v_topic IS DISTINCT FROM r.topic_id THEN
+            v_topic := r.topic_id;
+            SELECT array_agg(array_position(v_members, m.member_id) ORDER BY array_position(v_members, m.member_id)) INTO v_subs
+            FROM group_members m JOIN topics t ON t.name = ANY (m.subscription)
+            WHERE m.group_id = p_group_id AND t.topic_id = r.topic_id;
+        END IF;
+        v_best := NULL;
+        FOREACH v_k IN ARRAY v_subs LOOP
+            IF v_best IS NULL OR v_counts[v_k] < v_counts[v_best] THEN
+                v_best := v_k;
+            END IF;
+        END LOOP;
+        v_counts[v_best] := v_counts[v_best] + 1;
+        v_topic_ids := v_topic_ids || r.topic_id;
+        v_parts := v_parts || r.partition;
+        v_owners := v_owners || v_members[v_best];
+    END LOOP;
+    DELETE FROM target_assignments a WHERE a.group_id = p_group_id;
+    INSERT INTO target_assignments (group_id, topic_id, partition, member_id, generation)
+    SELECT p_group_id, x.topic_id, x.partition, x.member_id, p_generation
+    FROM unnest(v_topic_ids, v_parts, v_owners) AS x(topic_id, partition, member_id)
+    ORDER BY x.topic_id, x.partition;
+END
+$fn$;
+COMMENT ON FUNCTION group_assign_sticky_v1(p_group_id text, p_generation integer) IS
+  'Internal: the sticky target assignment: members keep their previous target up to a fair share; the rest go to the subscribed member with the fewest.';
+
+CREATE OR REPLACE FUNCTION group_reconcile_v1(p_group_id text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_state text;
+BEGIN
+    -- The handover rule: a partition goes to its target member only while nobody owns it. The
+    -- caller holds the groups row (FOR NO KEY UPDATE), so no other call of the group decides
+    -- at the same time, and the primary key of member_assignments keeps one owner per partition.
+    INSERT INTO member_assignments (group_id, topic_id, partition, member_id, generation)
+    SELECT a.group_id, a.topic_id, a.partition, a.member_id, a.generation
+    FROM target_assignments a
+    WHERE a.group_id = p_group_id
+      AND NOT EXISTS (SELECT 1 FROM member_assignments o
+                      WHERE o.group_id = a.group_id AND o.topic_id = a.topic_id AND o.partition = a.partition)
+    ORDER BY a.topic_id, a.partition;  -- key order, as every writer of these rows
+    SELECT CASE
+        WHEN NOT EXISTS (SELECT 1 FROM group_members m WHERE m.group_id = p_group_id) THEN 'Empty'
+        WHEN EXISTS (SELECT 1 FROM member_assignments o
+                     WHERE o.group_id = p_group_id
+                       AND NOT EXISTS (SELECT 1 FROM target_assignments a
+                                       WHERE a.group_id = o.group_id AND a.topic_id = o.topic_id
+                                         AND a.partition = o.partition AND a.member_id = o.member_id)) THEN 'Reconciling'
+        ELSE 'Stable' END
+    INTO v_state;
+    UPDATE groups x SET state = v_state, updated_at = now()
+    WHERE x.group_id = p_group_id AND x.state IS DISTINCT FROM v_state;
+END
+$fn$;
+COMMENT ON FUNCTION group_reconcile_v1(p_group_id text) IS
+  'Internal: hands every partition nobody owns to its target member, and sets the group''s state (Empty, Reconciling while an owner has yet to let go, Stable).';
+
+CREATE OR REPLACE FUNCTION group_release_v1(p_group_id text, p_member_id text, p_owned_topics text[], p_owned_partitions integer[])
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+AS $fn$
+BEGIN
+    -- A member lets go of a partition by no longer naming it while the partition is not its
+    -- target. A partition it owns but has not heard of yet (taken at a call whose answer it has
+    -- not applied) is in its target, so it is kept.
+    DELETE FROM member_assignments o
+    WHERE o.group_id = p_group_id AND o.member_id = p_member_id
+      AND NOT EXISTS (SELECT 1 FROM target_assignments a
+                      WHERE a.group_id = o.group_id AND a.topic_id = o.topic_id AND a.partition = o.partition
+                        AND a.member_id = o.member_id)
+      AND NOT EXISTS (SELECT 1 FROM unnest(p_owned_topics, p_owned_partitions) AS h(topic, partition)
+                      JOIN topics t ON t.name = h.topic
+                      WHERE t.topic_id = o.topic_id AND h.partition = o.partition);
+    IF FOUND THEN
+        PERFORM group_reconcile_v1(p_group_id);
+        PERFORM group_notify_v1(p_group_id);  -- the partitions' new owners need not wait for their next beat
+    END IF;
+END
+$fn$;
+COMMENT ON FUNCTION group_release_v1(p_group_id text, p_member_id text, p_owned_topics text[], p_owned_partitions integer[]) IS
+  'Internal: the member lets go of the partitions it owns, does not name and no longer targets; they go to their target members.';
+
+CREATE OR REPLACE FUNCTION group_channel_v1()
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path FROM CURRENT
+AS $fn$
+    -- As wake_channel_v1: one channel per oncelog schema, named by the schema's oid.
+    SELECT 'oncelog_groups_' || n.oid FROM pg_namespace n WHERE n.nspname = current_schema()
+$fn$;
+COMMENT ON FUNCTION group_channel_v1() IS
+  'Internal: the LISTEN/NOTIFY channel on which this schema''s consumer groups announce a change of target or of owner.';
+
+CREATE OR REPLACE FUNCTION group_notify_v1(p_group_id text)
+ RETURNS void
+ LANGUAGE sql
+ SET search_path FROM CURRENT
+AS $fn$
+    -- The members heartbeat at once instead of at their next interval. The payload is a digest
+    -- of the group id: every client may LISTEN, and need not learn the names of groups it may
+    -- not describe. The NOTIFY takes PostgreSQL's notification lock at commit, which only group
+    -- changes pay (not heartbeats that change nothing, nor producers).
+    SELECT pg_notify(group_channel_v1(), md5(p_group_id))
+$fn$;
+COMMENT ON FUNCTION group_notify_v1(p_group_id text) IS
+  'Internal: NOTIFYs the group channel with md5(group id) at the commit: its members heartbeat at once.';
+
+CREATE OR REPLACE FUNCTION group_listen_v1()
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_channel text := group_channel_v1();
+BEGIN
+    EXECUTE format('LISTEN %I', v_channel);
+    RETURN v_channel;
+END
+$fn$;
+COMMENT ON FUNCTION group_listen_v1() IS
+  'A consumer LISTENs for changes of its group (target or owners), announced with md5(group id) as the payload, so that it heartbeats at once; returns the channel.';
+
+CREATE OR REPLACE FUNCTION group_member_view_v1(p_group_id text, p_member_id text)
+ RETURNS TABLE(generation integer, topics text[], partitions integer[], reconciling boolean)
+ LANGUAGE sql
+ STABLE
+ SET search_path FROM CURRENT
+AS $fn$
+    -- What the member is to consume: the partitions it owns and still targets. Those it owns and
+    -- no longer targets it is to revoke (and then no longer name); those it targets and does
+    -- not own yet come once their owners let go. Either way it is reconciling.
+    SELECT gr.generation,
+           coalesce(array_agg(t.name ORDER BY t.name, o.partition) FILTER (WHERE a.member_id IS NOT NULL), '{}'),
+           coalesce(array_agg(o.partition ORDER BY t.name, o.partition) FILTER (WHERE a.member_id IS NOT NULL), '{}'),
+           bool_or(o.member_id IS NOT NULL AND a.member_id IS NULL) IS TRUE OR EXISTS (
+               SELECT 1 FROM target_assignments x
+               WHERE x.group_id = p_group_id AND x.member_id = p_member_id
+                 AND NOT EXISTS (SELECT 1 FROM member_assignments y
+                                 WHERE y.group_id = x.group_id AND y.topic_id = x.topic_id
+                                   AND y.partition = x.partition AND y.member_id = x.member_id))
+    FROM groups gr
+    LEFT JOIN member_assignments o ON o.group_id = gr.group_id AND o.member_id = p_member_id
+    LEFT JOIN target_assignments a ON a.group_id = o.group_id AND a.topic_id = o.topic_id
+                                  AND a.partition = o.partition AND a.member_id = o.member_id
+    LEFT JOIN topics t ON t.topic_id = o.topic_id
+    WHERE gr.group_id = p_group_id
+    GROUP BY gr.generation;
+$fn$;
+COMMENT ON FUNCTION group_member_view_v1(p_group_id text, p_member_id text) IS
+  'Internal: a member''s answer: the generation, the partitions it owns and keeps, and whether it is reconciling.';
+
+CREATE OR REPLACE FUNCTION group_owned_args_v1(p_owned_topics text[], p_owned_partitions integer[])
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path FROM CURRENT
+AS $fn$
+BEGIN
+    IF p_owned_topics IS NULL OR p_owned_partitions IS NULL
+       OR cardinality(p_owned_topics) <> cardinality(p_owned_partitions) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000',
+            MESSAGE = 'the partitions a member holds are two arrays of equal length (topics, partitions), empty for none';
+    END IF;
+    IF cardinality(p_owned_topics) > 1000000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000', MESSAGE = 'a member names at most 1000000 partitions it holds';
+    END IF;
+END
+$fn$;
+COMMENT ON FUNCTION group_owned_args_v1(p_owned_topics text[], p_owned_partitions integer[]) IS
+  'Internal: the partitions a member says it holds are two arrays of equal length (OL000).';
 
 CREATE OR REPLACE FUNCTION group_member_check_v1(p_group_id text, p_member_id text, p_group_instance_id text, p_generation integer)
  RETURNS group_members
@@ -474,21 +734,25 @@ BEGIN
         END IF;
     END IF;
     SELECT * INTO m FROM group_members x WHERE x.group_id = p_group_id AND x.member_id = p_member_id;
-    IF NOT FOUND THEN
+    -- Another principal's member is unknown to the caller (revision 0021), so nobody else can
+    -- heartbeat, let go or commit for it.
+    IF NOT FOUND OR m.owner IS DISTINCT FROM acl_caller_v1() THEN
         RAISE EXCEPTION USING ERRCODE = 'OL402',
             MESSAGE = format('%L is not a member of group %L (it left or timed out): rejoin', p_member_id, p_group_id);
     END IF;
+    -- An older generation is fine: a member keeps the partitions it owns through rebalances
+    -- until it lets go, and group_owns_partitions_v1 fences a generation older than its ownership.
     SELECT x.generation INTO v_generation FROM groups x WHERE x.group_id = p_group_id;
-    IF p_generation IS NOT NULL AND p_generation <> v_generation THEN
+    IF p_generation IS NOT NULL AND p_generation > v_generation THEN
         RAISE EXCEPTION USING ERRCODE = 'OL403',
-            MESSAGE = format('generation %s of group %L is over: the group is at generation %s', p_generation,
+            MESSAGE = format('generation %s of group %L is not there yet: the group is at generation %s', p_generation,
                              p_group_id, v_generation);
     END IF;
     RETURN m;
 END
 $fn$;
 COMMENT ON FUNCTION group_member_check_v1(p_group_id text, p_member_id text, p_group_instance_id text, p_generation integer) IS
-  'Internal: UNKNOWN_MEMBER_ID (OL402), FENCED_INSTANCE_ID (OL405), ILLEGAL_GENERATION (OL403) checks.';
+  'Internal: UNKNOWN_MEMBER_ID (OL402), FENCED_INSTANCE_ID (OL405), and ILLEGAL_GENERATION (OL403) for a generation the group has not reached.';
 
 CREATE OR REPLACE FUNCTION group_generation_required_v1(p_group_id text, p_generation integer)
  RETURNS void
@@ -514,22 +778,34 @@ CREATE OR REPLACE FUNCTION group_owns_partitions_v1(p_group_id text, p_member_id
  SET search_path FROM CURRENT
 AS $fn$
 DECLARE
-    v_bad text;
+    v_bad record;
 BEGIN
-    SELECT format('%s-%s', r.topic, r.partition) INTO v_bad
+    -- Ownership, not the group's generation, decides (KIP-848): a partition has one owner at a
+    -- time, and a member that let go of a partition and took it back in a later generation
+    -- cannot commit for it with a generation from before (its earlier ownership).
+    SELECT r.topic, r.partition, a.generation AS since INTO v_bad
     FROM unnest(p_topics, p_partitions) AS r(topic, partition)
-    WHERE NOT EXISTS (
-        SELECT 1 FROM member_assignments a JOIN topics t USING (topic_id)
-        WHERE a.group_id = p_group_id AND a.member_id = p_member_id AND t.name = r.topic AND a.partition = r.partition)
+    LEFT JOIN topics t ON t.name = r.topic
+    LEFT JOIN member_assignments a ON a.group_id = p_group_id AND a.member_id = p_member_id
+                                  AND a.topic_id = t.topic_id AND a.partition = r.partition
+    WHERE a.member_id IS NULL OR a.generation > p_generation
+    ORDER BY a.member_id NULLS FIRST
     LIMIT 1;
-    IF v_bad IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'OL408',
-            MESSAGE = format('partition %s is not assigned to %L in generation %s', v_bad, p_member_id, p_generation);
+    IF NOT FOUND THEN
+        RETURN;
     END IF;
+    IF v_bad.since IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL408',
+            MESSAGE = format('partition %s-%s is not owned by %L (generation %s)', v_bad.topic, v_bad.partition,
+                             p_member_id, p_generation);
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'OL403',
+        MESSAGE = format('generation %s of group %L is over for partition %s-%s: %L owns it since generation %s',
+                         p_generation, p_group_id, v_bad.topic, v_bad.partition, p_member_id, v_bad.since);
 END
 $fn$;
 COMMENT ON FUNCTION group_owns_partitions_v1(p_group_id text, p_member_id text, p_generation integer, p_topics text[], p_partitions integer[]) IS
-  'Internal: UNASSIGNED_PARTITION (OL408) unless every partition is assigned to the member.';
+  'Internal: UNASSIGNED_PARTITION (OL408) unless the member owns every partition; ILLEGAL_GENERATION (OL403) for a generation older than its ownership.';
 
 CREATE OR REPLACE FUNCTION offset_commit_args_v1(p_topics text[], p_partitions integer[], p_offsets bigint[], p_metadata text[])
  RETURNS void

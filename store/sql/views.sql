@@ -83,23 +83,27 @@ SELECT g.group_id, g.state, g.generation, g.assignor, m.member_id, m.group_insta
        m.last_heartbeat_at + make_interval(secs => m.session_timeout_ms / 1000.0) < now() AS expired,
        (SELECT array_agg(format('%s-%s', t.name, a.partition) ORDER BY t.name, a.partition)
         FROM member_assignments a JOIN topics t USING (topic_id)
-        WHERE a.group_id = g.group_id AND a.member_id = m.member_id) AS assignment
+        WHERE a.group_id = g.group_id AND a.member_id = m.member_id) AS assignment,
+       (SELECT array_agg(format('%s-%s', t.name, a.partition) ORDER BY t.name, a.partition)
+        FROM target_assignments a JOIN topics t USING (topic_id)
+        WHERE a.group_id = g.group_id AND a.member_id = m.member_id) AS target
 FROM groups g LEFT JOIN group_members m USING (group_id)
 ) v
 WHERE (SELECT NOT acl_settings.enforce FROM acl_settings) OR (acl_allowed_v1('group', v.group_id, 'describe'));
 COMMENT ON VIEW group_status IS
-  'Consumer groups with their state, generation, members and each member''s assignment.';
+  'Consumer groups with their state, generation, members, and what each member owns and is to own.';
 COMMENT ON COLUMN group_status.group_id IS 'The group id.';
-COMMENT ON COLUMN group_status.state IS 'Empty or Stable (the store assigns partitions in the same transaction as the membership change).';
+COMMENT ON COLUMN group_status.state IS 'Empty, Stable, or Reconciling while a partition waits for its owner to let go of it.';
 COMMENT ON COLUMN group_status.generation IS 'The current generation.';
-COMMENT ON COLUMN group_status.assignor IS 'range or roundrobin.';
+COMMENT ON COLUMN group_status.assignor IS 'range, roundrobin or sticky.';
 COMMENT ON COLUMN group_status.member_id IS 'A member (NULL for a group with none).';
 COMMENT ON COLUMN group_status.group_instance_id IS 'The member''s static instance id, if any.';
 COMMENT ON COLUMN group_status.client_id IS 'The member''s client id.';
 COMMENT ON COLUMN group_status.subscription IS 'Topics the member subscribed to.';
 COMMENT ON COLUMN group_status.last_heartbeat_at IS 'The member''s last heartbeat.';
 COMMENT ON COLUMN group_status.expired IS 'Silent past its session timeout (removed at the next group call).';
-COMMENT ON COLUMN group_status.assignment IS 'Partitions assigned to the member, as topic-partition.';
+COMMENT ON COLUMN group_status.assignment IS 'Partitions the member owns now, as topic-partition.';
+COMMENT ON COLUMN group_status.target IS 'Partitions the assignor gives the member, as topic-partition: it owns each once its previous owner lets go.';
 
 CREATE OR REPLACE VIEW group_offsets WITH (security_barrier) AS
 SELECT * FROM (

@@ -94,6 +94,15 @@ def wait_for(
             time.sleep(0.01)
 
 
+def take_over(consumer: Consumer, wanted: set[TopicPartition], *, poll: list[Consumer]) -> None:
+    """Poll ``consumer`` and the members in ``poll`` (which let go of partitions in their polls)
+    until ``consumer`` owns ``wanted``. Those polls may have returned records, dropped here: rewind
+    ``wanted`` to the group's committed offsets, where a new owner starts."""
+    wait_for(lambda: consumer.assignment() == wanted, f"{sorted(wanted)} to be handed over", poll=[*poll, consumer])
+    for tp, done in consumer.committed(wanted).items():
+        consumer.seek(tp, done.offset if done is not None else 0)
+
+
 def pending(conn: sa.Connection) -> list[tuple[str, int, int, str, str]]:
     return [
         (r.topic, r.partition, r.committed_offset, r.transactional_id, r.transaction_state)
@@ -452,8 +461,8 @@ def test_new_owner_waits_for_the_old_transaction_to_commit_then_starts_from_10(
     ):
         c1.subscribe([IN], on_assign=lambda parts: assigned.append(set(parts)))
         c2.subscribe([IN])
-        assert c2.assignment() == {TP1}
-        wait_for(lambda: c1.assignment() == {TP0}, "C1 to hand in-1 over", poll=[c1])
+        take_over(c2, {TP1}, poll=[c1])
+        assert c1.assignment() == {TP0}
         p2.init_transactions()
         for target in (5, 10):
             records = read_n(c2, 5)
@@ -516,7 +525,8 @@ def test_with_the_offsets_in_the_commit_the_new_owner_never_waits_and_the_old_co
     ):
         c1.subscribe([IN])
         c2.subscribe([IN])
-        wait_for(lambda: c1.assignment() == {TP0}, "C1 to hand in-1 over", poll=[c1])
+        take_over(c2, {TP1}, poll=[c1])
+        assert c1.assignment() == {TP0}
         p2.init_transactions()
         for target in (5, 10):
             records = read_n(c2, 5)
@@ -585,12 +595,11 @@ def wait_heartbeat(conn: sa.Connection, consumer: Consumer) -> None:
     )
 
 
-def test_a_member_that_missed_generations_does_not_copy_twice(url: str, conn: sa.Connection) -> None:
-    """C1 copies in-0 and in-1 part of the way. Meanwhile (C1 not polling) C2 joins, takes in-1,
-    copies the rest of it in a transaction with its offsets, and leaves. C1 then applies the
-    latest generation, which gives it exactly its old partitions: it must resume in-1 from C2's
-    committed offset. If it resumes from its own position instead, its transaction (in the current
-    generation, so accepted) copies C2's records a second time: exactly-once is broken."""
+def test_a_partition_handed_over_and_back_is_not_copied_twice(url: str, conn: sa.Connection) -> None:
+    """C1 copies in-0 and in-1 part of the way. C2 joins; C1 hands in-1 over at its next poll;
+    C2 copies the rest of it in a transaction with its offsets, and leaves. C1 then gets in-1
+    back: it must resume from C2's committed offset. If it resumed from its own position
+    instead, its transaction would copy C2's records a second time: exactly-once broken."""
     with (
         member(url, "c1", max_poll_records=5) as c1,
         member(url, "c2") as c2,
@@ -603,9 +612,14 @@ def test_a_member_that_missed_generations_does_not_copy_twice(url: str, conn: sa
         wait_for(lambda: copy_once(c1, p1) >= 0 and all(c1.position(tp) >= 5 for tp in (TP0, TP1)), "C1's copies")
         before = committed(conn, TP1)[TP1]
         assert before is not None and before < PER_PARTITION
-        # C2 joins, copies the rest of in-1 from C1's commit, and leaves.
+        # C2 joins, gets in-1 once C1 (copying on) lets go of it, copies the rest of in-1 from
+        # C1's last commit, and leaves.
         c2.subscribe([IN])
-        assert c2.assignment() == {TP1}
+        assert c2.assignment() == set()
+        wait_for(lambda: copy_once(c1, p1) >= 0 and c1.assignment() == {TP0}, "C1 to hand in-1 over")
+        before = committed(conn, TP1)[TP1]
+        assert before is not None and before < PER_PARTITION
+        take_over(c2, {TP1}, poll=[])
         assert c2.position(TP1) == before
         wait_for(lambda: copy_once(c2, p2) >= 0 and c2.position(TP1) == PER_PARTITION, "C2's copies")
         c2.close()
@@ -641,7 +655,7 @@ def test_a_zombie_members_offsets_abort_the_transaction_and_the_producer_carries
     offsets_only = zombie.endswith("_offsets_only")  # the offsets are the transaction's first call
     zombie = zombie.removesuffix("_offsets_only")
     expected_cause = {
-        "old_generation": errors.IllegalGenerationError,
+        "old_generation": errors.IllegalGenerationError,  # older than its ownership of in-1
         "removed_member": errors.UnknownMemberIdError,
         "replaced_static_instance": errors.FencedInstanceIdError,
         "moved_partition": errors.UnassignedPartitionError,
@@ -657,7 +671,14 @@ def test_a_zombie_members_offsets_abort_the_transaction_and_the_producer_carries
         stale = c1.group_metadata()
         offsets: dict[TopicPartition, int] = {TP0: 3}
         if zombie == "old_generation":
-            c2.subscribe([IN])  # a rebalance C1 has not seen yet
+            # C1 hands in-1 over (generation N+1) and gets it back when C2 leaves (N+2): its
+            # metadata of generation N+1 predates its new ownership of in-1.
+            c2.subscribe([IN])
+            take_over(c2, {TP1}, poll=[c1])
+            stale = c1.group_metadata()
+            c2.close()
+            wait_for(lambda: c1.assignment() == {TP0, TP1}, "C1 to get in-1 back", poll=[c1])
+            offsets = {TP0: 3, TP1: 3}
         elif zombie == "removed_member":
             c2.subscribe([IN])
             conn.exec_driver_sql(
@@ -696,8 +717,8 @@ def test_a_zombie_members_offsets_abort_the_transaction_and_the_producer_carries
 
         # The producer carries on: with a live member's metadata, the next transaction commits.
         live = c1b if zombie == "replaced_static_instance" else c1
-        if zombie in ("old_generation", "moved_partition", "removed_member"):
-            wait_for(lambda: live.assignment() == {TP0}, "C1 to catch up", poll=[live])
+        if zombie in ("moved_partition", "removed_member"):
+            wait_for(lambda: live.assignment() == {TP0}, "C1 to catch up", poll=[live, c2])
         live.poll(0.05)
         p.begin_transaction()
         p.send(OUT, b"live", partition=0)

@@ -36,6 +36,7 @@ from hypothesis import strategies as st
 
 from oncelog import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition, errors
 from oncelog.store import groups
+from oncelog.store.errors import mapped_errors
 from oncelog.store.groups import Membership
 
 TOPICS = {"a": 4, "b": 3}
@@ -87,8 +88,34 @@ def join(
     )
 
 
-def heartbeat(conn: sa.Connection, group: str, m: Membership, instance: str | None = None) -> Membership:
-    return groups.heartbeat(conn, group_id=group, member_id=m.member_id, group_instance_id=instance)
+def heartbeat(
+    conn: sa.Connection,
+    group: str,
+    m: Membership,
+    instance: str | None = None,
+    *,
+    owned: frozenset[tuple[str, int]] | None = None,
+) -> Membership:
+    """A heartbeat naming what the member holds: by default its last answer's partitions (a
+    member that applied that answer, revoking what it left out)."""
+    return groups.heartbeat(
+        conn,
+        group_id=group,
+        member_id=m.member_id,
+        group_instance_id=instance,
+        owned=m.assignment if owned is None else owned,
+    )
+
+
+def settle(conn: sa.Connection, group: str, members: dict[str, Membership], instances: dict[str, str | None]) -> None:
+    """Heartbeat every member (each applying its last answer) until none is reconciling: the
+    owners let go of what moves and the new owners take it. ``members`` is updated in place."""
+    for _ in range(10):
+        for mid in sorted(members):
+            members[mid] = heartbeat(conn, group, members[mid], instances.get(mid))
+        if not any(m.reconciling for m in members.values()):
+            return
+    raise AssertionError(f"group {group} never settled: {members}")
 
 
 def commit(
@@ -131,8 +158,8 @@ def generation(conn: sa.Connection, group: str) -> int:
 
 
 def check_every_partition_owned_once(conn: sa.Connection, group: str) -> None:
-    """Each partition of a topic some member subscribes to has exactly one owner, subscribed to
-    it; every assignment row belongs to the current generation."""
+    """In a settled group: each partition of a topic some member subscribes to has exactly one
+    owner, subscribed to it, which is its target; no ownership is from a future generation."""
     rows = conn.exec_driver_sql(
         "SELECT member_id, subscription, assignment, generation FROM group_status "
         "WHERE group_id = %(g)s AND member_id IS NOT NULL",
@@ -155,12 +182,18 @@ def check_every_partition_owned_once(conn: sa.Connection, group: str) -> None:
     expected = {(t, p) for t in subscribed for p in range(counts[t])}
     assert set(owners) == expected, f"unowned {expected - set(owners)}, unexpected {set(owners) - expected}"
     assert [tp for tp, n in owners.items() if n != 1] == []
-    stale = conn.exec_driver_sql(
+    future = conn.exec_driver_sql(
         "SELECT count(*) FROM member_assignments a JOIN groups g USING (group_id) "
-        "WHERE a.group_id = %(g)s AND a.generation <> g.generation",
+        "WHERE a.group_id = %(g)s AND a.generation > g.generation",
         {"g": group},
     ).scalar_one()
-    assert stale == 0
+    assert future == 0
+    apart = conn.exec_driver_sql(
+        "SELECT count(*) FROM (SELECT topic_id, partition, member_id FROM member_assignments WHERE group_id = %(g)s "
+        "EXCEPT SELECT topic_id, partition, member_id FROM target_assignments WHERE group_id = %(g)s) x",
+        {"g": group},
+    ).scalar_one()
+    assert apart == 0, "a settled group owns what its target says"
 
 
 def set_heartbeat_back(conn: sa.Connection, group: str, member_id: str) -> None:
@@ -221,12 +254,23 @@ def test_a_second_member_starts_a_generation_and_splits_by_range(conn: sa.Connec
     m1 = join(conn, "g", ("a", "b"), client="m1")
     m2 = join(conn, "g", ("a", "b"), client="m2")
     assert m2.generation == m1.generation + 1
+    # Range, per topic, members in member-id order ("m1-..." < "m2-..."): contiguous ranges, the
+    # first member gets the extra partition of the 3-partition topic. m2's share is m1's until
+    # m1 lets go of it: m2 owns nothing yet and is reconciling.
+    theirs = {("a", 2), ("a", 3), ("b", 2)}
+    assert (m2.assignment, m2.reconciling) == (frozenset(), True)
     seen = heartbeat(conn, "g", m1)
     assert seen.generation == m2.generation
-    # Range, per topic, members in member-id order ("m1-..." < "m2-..."): contiguous ranges, the
-    # first member gets the extra partition of the 3-partition topic.
-    assert seen.assignment == {("a", 0), ("a", 1), ("b", 0), ("b", 1)}
-    assert m2.assignment == {("a", 2), ("a", 3), ("b", 2)}
+    assert seen.assignment == {("a", 0), ("a", 1), ("b", 0), ("b", 1)} and seen.reconciling
+    assert status(conn, "g") == {m1.member_id: ALL_A | ALL_B, m2.member_id: set()}
+    assert heartbeat(conn, "g", m2).assignment == frozenset()
+    state = conn.exec_driver_sql("SELECT DISTINCT state FROM group_status WHERE group_id = 'g'").scalar_one()
+    assert state == "Reconciling"
+    # m1 has revoked them: its next heartbeat no longer names them, which lets go of them.
+    seen = heartbeat(conn, "g", seen)
+    assert seen.assignment == {("a", 0), ("a", 1), ("b", 0), ("b", 1)} and not seen.reconciling
+    m2 = heartbeat(conn, "g", m2)
+    assert m2.assignment == theirs and not m2.reconciling
     assert status(conn, "g") == {m1.member_id: seen.assignment, m2.member_id: m2.assignment}
     check_every_partition_owned_once(conn, "g")
     # A rejoin with the same member id and subscription is not a membership change.
@@ -237,7 +281,9 @@ def test_a_second_member_starts_a_generation_and_splits_by_range(conn: sa.Connec
 def test_round_robin_when_chosen_and_an_assignor_mismatch_is_refused(conn: sa.Connection) -> None:
     m1 = join(conn, "rr", ("a", "b"), client="m1", assignor="roundrobin")
     m2 = join(conn, "rr", ("a", "b"), client="m2", assignor="roundrobin")
-    m1 = heartbeat(conn, "rr", m1)
+    both = {m1.member_id: m1, m2.member_id: m2}
+    settle(conn, "rr", both, {})
+    m1, m2 = both[m1.member_id], both[m2.member_id]
     # (topic, partition) order a0 a1 a2 a3 b0 b1 b2, dealt in turn.
     assert m1.assignment == {("a", 0), ("a", 2), ("b", 0), ("b", 2)}
     assert m2.assignment == {("a", 1), ("a", 3), ("b", 1)}
@@ -247,7 +293,7 @@ def test_round_robin_when_chosen_and_an_assignor_mismatch_is_refused(conn: sa.Co
         join(conn, "rr", ("a",), client="m3", assignor="range")
     assert generation(conn, "rr") == gen and len(status(conn, "rr")) == 2
     with pytest.raises(errors.ConfigurationError, match="unknown assignor"):
-        join(conn, "rr", ("a",), client="m3", assignor="sticky")
+        join(conn, "rr", ("a",), client="m3", assignor="cooperative")
     # Once the group is empty, the next member may choose again.
     groups.leave_group(conn, group_id="rr", member_id=m1.member_id)
     groups.leave_group(conn, group_id="rr", member_id=m2.member_id)
@@ -256,8 +302,10 @@ def test_round_robin_when_chosen_and_an_assignor_mismatch_is_refused(conn: sa.Co
 
 
 def test_join_refuses_bad_requests(conn: sa.Connection) -> None:
-    with pytest.raises(errors.UnknownTopicOrPartitionError):
-        join(conn, "g", ("nope",))
+    with pytest.raises(errors.InvalidTopicError):
+        join(conn, "g", ("no such name!",))
+    with pytest.raises(errors.InvalidRequestError, match="at most 10000"):
+        join(conn, "g", tuple(f"t{i}" for i in range(10001)))
     with pytest.raises(errors.ConfigurationError, match="session timeout"):
         join(conn, "g", ("a",), session_ms=50)
     with pytest.raises(errors.InvalidGroupIdError):
@@ -324,7 +372,9 @@ def test_a_tiny_session_timeout_expires_a_silent_member(conn: sa.Connection) -> 
 def test_static_member_rejoins_with_a_new_id_same_partitions_same_generation(conn: sa.Connection) -> None:
     s = join(conn, "g", ("a", "b"), client="s", instance="inst-1")
     d = join(conn, "g", ("a", "b"), client="d")
-    s = heartbeat(conn, "g", s, "inst-1")
+    both = {s.member_id: s, d.member_id: d}
+    settle(conn, "g", both, {s.member_id: "inst-1"})
+    s, d = both[s.member_id], both[d.member_id]
     gen = generation(conn, "g")
     before = status(conn, "g")
     # The instance restarts: it joins without a member id.
@@ -365,9 +415,100 @@ def test_new_partitions_of_a_subscribed_topic_get_an_owner(db_url: str, conn: sa
     m2 = join(conn, "g", ("a",), client="m2")
     with Admin(db_url) as admin:
         admin.create_partitions("a", 6)
-    owned = heartbeat(conn, "g", m1).assignment | heartbeat(conn, "g", m2).assignment
+    both = {m1.member_id: m1, m2.member_id: m2}
+    settle(conn, "g", both, {})
+    owned = both[m1.member_id].assignment | both[m2.member_id].assignment
     assert owned == {("a", p) for p in range(6)}, f"owned {sorted(owned)}: a-4 and a-5 have no owner"
     check_every_partition_owned_once(conn, "g")
+
+
+def owners(conn: sa.Connection, group: str) -> dict[tuple[str, int], str]:
+    """(topic, partition) -> the member that owns it, from the group_status view."""
+    return {tp: mid for mid, parts in status(conn, group).items() for tp in parts}
+
+
+def test_sticky_moves_only_what_it_must(conn: sa.Connection) -> None:
+    """Seven partitions over three members, then four, then three again: the joiner gets its
+    share from the others and nothing else moves; a leaver's partitions go to the rest and
+    nothing else moves."""
+    members: dict[str, Membership] = {}
+    for client in ("m1", "m2", "m3"):
+        m = join(conn, "st", ("a", "b"), client=client, assignor="sticky")
+        members[m.member_id] = m
+        settle(conn, "st", members, {})
+    before = owners(conn, "st")
+    assert sorted(Counter(before.values()).values()) == [2, 2, 3]
+    m4 = join(conn, "st", ("a", "b"), client="m4", assignor="sticky")
+    members[m4.member_id] = m4
+    settle(conn, "st", members, {})
+    after = owners(conn, "st")
+    moved = {tp for tp in before if after[tp] != before[tp]}
+    assert {after[tp] for tp in moved} == {m4.member_id}
+    assert sorted(Counter(after.values()).values()) == [1, 2, 2, 2]
+    assert len(moved) == Counter(after.values())[m4.member_id]
+    check_every_partition_owned_once(conn, "st")
+    # m1 leaves: only its partitions move.
+    gone = sorted(members)[0]
+    groups.leave_group(conn, group_id="st", member_id=gone)
+    del members[gone]
+    settle(conn, "st", members, {})
+    final = owners(conn, "st")
+    assert {tp for tp in after if final[tp] != after[tp]} == {tp for tp, mid in after.items() if mid == gone}
+    assert sorted(Counter(final.values()).values()) == [2, 2, 3]
+    check_every_partition_owned_once(conn, "st")
+
+
+def test_a_member_lets_go_only_of_its_own_partitions_and_only_when_they_move(conn: sa.Connection) -> None:
+    """What a heartbeat names (or leaves out) is only about the caller's own partitions, and only
+    about those that are no longer its target; malformed lists are refused whole."""
+    m1 = join(conn, "h", ("a",), client="m1")
+    m2 = join(conn, "h", ("a",), client="m2")
+    both = {m1.member_id: m1, m2.member_id: m2}
+    settle(conn, "h", both, {})
+    m1, m2 = both[m1.member_id], both[m2.member_id]
+    # m1 names nothing at all: it keeps its own (still its target) and cannot touch m2's.
+    assert heartbeat(conn, "h", m1, owned=frozenset()).assignment == m1.assignment
+    # m1 names m2's partitions and a partition that does not exist: nothing changes.
+    assert heartbeat(conn, "h", m1, owned=m2.assignment | {("a", 99), ("nope", 0)}).assignment == m1.assignment
+    assert heartbeat(conn, "h", m2).assignment == m2.assignment
+    for topics, partitions in ((["a"], []), (None, [0]), (["a"], None)):
+        with pytest.raises(errors.InvalidRequestError, match="equal length"), mapped_errors():
+            conn.exec_driver_sql(
+                "SELECT * FROM heartbeat_v2('h', %(m)s, NULL, %(t)s::text[], %(p)s::integer[])",
+                {"m": m1.member_id, "t": topics, "p": partitions},
+            )
+    assert status(conn, "h") == {m1.member_id: m1.assignment, m2.member_id: m2.assignment}
+
+
+def test_a_commit_from_before_a_member_took_a_partition_back_is_refused(conn: sa.Connection) -> None:
+    """m1 lets go of a-2 and a-3 (m2 joined), and takes them back when m2 leaves: a commit for a-2
+    naming a generation from before it took it back is ILLEGAL_GENERATION; one naming the
+    current generation is accepted."""
+    m1 = join(conn, "back", ("a",), client="m1")
+    m2 = join(conn, "back", ("a",), client="m2")
+    both = {m1.member_id: m1, m2.member_id: m2}
+    settle(conn, "back", both, {})
+    m1 = both[m1.member_id]
+    middle = m1.generation
+    assert ("a", 2) not in m1.assignment
+    groups.leave_group(conn, group_id="back", member_id=m2.member_id)
+    m1 = heartbeat(conn, "back", m1)
+    assert m1.assignment == ALL_A and m1.generation == middle + 1
+    with pytest.raises(errors.IllegalGenerationError, match="owns it since generation"):
+        commit(conn, "back", {("a", 2): 1}, m1, generation=middle)
+    commit(conn, "back", {("a", 0): 1}, m1, generation=middle)  # a-0 was m1's all along
+    commit(conn, "back", {("a", 2): 1}, m1)
+    assert fetch(conn, "back", ("a", 0), ("a", 2)) == {("a", 0): 1, ("a", 2): 1}
+
+
+def test_a_topic_subscribed_before_it_exists_is_assigned_once_created(db_url: str, conn: sa.Connection) -> None:
+    m = join(conn, "later", ("a", "not-yet"))
+    assert m.assignment == ALL_A and not m.reconciling
+    with Admin(db_url) as admin:
+        admin.create_topic("not-yet", partitions=2)
+    m = heartbeat(conn, "later", m)
+    assert m.assignment == ALL_A | {("not-yet", 0), ("not-yet", 1)}
+    check_every_partition_owned_once(conn, "later")
 
 
 # --- every partition owned exactly once, under random membership changes ---------------------
@@ -394,7 +535,7 @@ OPS = st.lists(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(ops=OPS, assignor=st.sampled_from(["range", "roundrobin"]))
+@given(ops=OPS, assignor=st.sampled_from(["range", "roundrobin", "sticky"]))
 def test_every_partition_has_exactly_one_owner_in_every_generation(
     conn: sa.Connection, ops: list[tuple[Any, ...]], assignor: str
 ) -> None:
@@ -448,6 +589,9 @@ def test_every_partition_has_exactly_one_owner_in_every_generation(
             m = join(conn, group, op[2], client="re", assignor=assignor, instance=inst, member=mid)
             expect_bump = None if tuple(sorted(op[2])) == tuple(sorted(sub)) else True
             members[mid] = (m, inst, op[2])
+        everyone = {mid: m for mid, (m, _, _) in members.items()}
+        settle(conn, group, everyone, {mid: inst for mid, (_, inst, _) in members.items()})
+        members = {mid: (everyone[mid], inst, sub) for mid, (_, inst, sub) in members.items()}
         gen = generation(conn, group)
         if expect_bump is True:
             assert gen > last_gen
@@ -470,7 +614,9 @@ def test_offset_commit_checks(conn: sa.Connection) -> None:
     m1 = join(conn, "g", ("a",), client="m1")
     old = m1
     m2 = join(conn, "g", ("a",), client="m2")
-    m1 = heartbeat(conn, "g", m1)
+    both = {m1.member_id: m1, m2.member_id: m2}
+    settle(conn, "g", both, {})
+    m1, m2 = both[m1.member_id], both[m2.member_id]
     mine, theirs = ("a", 0), ("a", 3)
     assert mine in m1.assignment and theirs in m2.assignment
 
@@ -478,8 +624,11 @@ def test_offset_commit_checks(conn: sa.Connection) -> None:
     assert fetch(conn, "g", mine) == {mine: 7}
     with pytest.raises(errors.UnknownMemberIdError):
         commit(conn, "g", {mine: 8}, Membership("nobody", m1.generation, frozenset()))
+    # An older generation is fine while the member has owned the partition since then (m1 has
+    # had a-0 since generation 1); one the group has not reached is not.
+    commit(conn, "g", {mine: (7, "seven")}, old)
     with pytest.raises(errors.IllegalGenerationError):
-        commit(conn, "g", {mine: 8}, old)
+        commit(conn, "g", {mine: 8}, m1, generation=m1.generation + 1)
     with pytest.raises(errors.UnassignedPartitionError):
         commit(conn, "g", {mine: 8, theirs: 8}, m1)
     with pytest.raises(errors.OffsetMetadataTooLargeError):
@@ -588,10 +737,13 @@ def test_subscribe_callbacks_fire_with_the_right_sets(topics: str, conn: sa.Conn
         assert c1.assignment() == tps(*ALL_A, *ALL_B)
         c2.subscribe(["a", "b"], on_assign=e2.assign, on_revoke=e2.revoke)
         mine2 = tps(("a", 2), ("a", 3), ("b", 2))
-        assert e2.log == [("assign", mine2)]
-        # c1 learns of the new generation from its heartbeat and applies it in poll.
-        poll_until([c1], lambda: len(e1.log) > 1, "c1's revocation")
+        # c2's share is c1's until c1 lets go of it.
+        assert e2.log == [] and c2.assignment() == set()
+        # c1 learns of the new generation from its heartbeat, revokes in poll (and lets go at
+        # once); c2 gets its share at its next heartbeat.
+        poll_until([c1, c2], lambda: len(e2.log) > 0, "c2's share")
         assert e1.log[1:] == [("revoke", mine2)]
+        assert e2.log == [("assign", mine2)]
         assert c1.assignment() == tps(*ALL_A, *ALL_B) - mine2
         assert c1.group_metadata().generation_id == c2.group_metadata().generation_id
         assert c1.group_metadata().member_id != c2.group_metadata().member_id
@@ -657,46 +809,45 @@ def test_a_consumer_that_stops_polling_loses_its_partitions_and_rejoins(topics: 
         assert e1.log[stalled_at:] == [("revoke", first), ("assign", first)]
 
 
-def test_a_member_that_missed_generations_resumes_from_the_committed_offsets(topics: str, engine: sa.Engine) -> None:
-    """The store assigns without a join barrier, so a member can miss whole generations: here
-    a-2 and a-3 move to B (generation N+1), B processes and commits them, and B leaves (N+2),
-    all while c1 does not poll. c1 then applies N+2, whose assignment equals its old one; it must
-    still resume a-2 and a-3 from the group's committed offsets (B's), not from its own positions
-    (Kafka's members cannot miss a generation: every rebalance revokes and refetches)."""
+def test_a_partition_moves_only_after_its_owner_lets_go_and_on_revoke_may_commit(
+    topics: str, engine: sa.Engine
+) -> None:
+    """c1 owns every partition and reads them. B joins (straight through the store): its target
+    is a-2 and a-3, but while c1 has not polled, c1 has not let go of them, however often both
+    heartbeat: B owns nothing and its commit for a-2 is refused, while c1 still commits there.
+    At c1's next poll, on_revoke commits a-2 and a-3 (c1 still owns them while it runs), c1 lets
+    go, and B takes them with c1's offsets."""
     produce_plain(topics, 5)
-    e1 = Events()
+    moved = tps(("a", 2), ("a", 3))
     with group_consumer(topics, "c1") as c1:
-        c1.subscribe(["a"], on_assign=e1.assign, on_revoke=e1.revoke)
+
+        def revoke(parts: set[TopicPartition]) -> None:
+            assert parts == moved
+            c1.commit({tp: c1.position(tp) for tp in parts})
+
+        c1.subscribe(["a"], on_revoke=revoke)
         every = tps(*ALL_A)
         poll_until([c1], lambda: all(c1.position(tp) == 5 for tp in every), "c1 to read everything")
-        c1.commit()
-        gen = c1.group_metadata().generation_id
-        produce_plain(topics, 5, start=5)
-        # B joins, processes a-2 and a-3 (offsets 5..9), commits 10 and leaves, in one database
-        # transaction (c1's heartbeat cannot even see generation N+1).
-        with engine.begin() as tx:
-            b = join(tx, "g", ("a",), client="c2", session_ms=3000)
-            assert b.generation == gen + 1 and b.assignment == {("a", 2), ("a", 3)}
-            commit(tx, "g", {("a", 2): 10, ("a", 3): 10}, b)
-            groups.leave_group(tx, group_id="g", member_id=b.member_id)
-            now = tx.exec_driver_sql("SELECT clock_timestamp()").scalar_one()
-        # Once c1's heartbeat thread has seen N+2, its next poll applies it before fetching.
-        with engine.connect() as look:
-            beat = "SELECT last_heartbeat_at FROM group_members WHERE member_id = %(m)s"
-            poll_until(
-                [],
-                lambda: look.exec_driver_sql(beat, {"m": c1.group_metadata().member_id}).scalar_one() > now,
-                "c1's next heartbeat",
-            )
-            look.rollback()
-        got: list[tuple[int, int]] = []
-        got.extend((r.partition, r.offset) for r in c1.poll(0.05))
-        assert c1.group_metadata().generation_id == gen + 2
-        read_until(c1, got, 10, "a-0 and a-1")
-        got.extend((r.partition, r.offset) for r in c1.poll(0.2))
-        again = sorted(x for x in got if x[0] in (2, 3))
-        assert again == [], f"c1 re-read records B had processed and committed: {again}"
-        assert sorted(got) == [(p, o) for p in (0, 1) for o in range(5, 10)]
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            b = join(conn, "g", ("a",), client="z", session_ms=60_000)  # after "c1": a-2 and a-3
+            assert (b.assignment, b.reconciling) == (frozenset(), True)
+            for _ in range(5):
+                time.sleep(0.15)  # c1's heartbeat thread beats every 100 ms meanwhile
+                b = heartbeat(conn, "g", b)
+                assert b.assignment == frozenset()
+                with pytest.raises(errors.UnassignedPartitionError):
+                    commit(conn, "g", {("a", 2): 1}, b)
+            c1.commit({TopicPartition("a", 2): 4})  # still c1's
+            assert status(conn, "g")[c1.group_metadata().member_id] == ALL_A
+            poll_until([c1], lambda: c1.assignment() == tps(("a", 0), ("a", 1)), "c1's revocation")
+            b = heartbeat(conn, "g", b)
+            assert b.assignment == {("a", 2), ("a", 3)} and not b.reconciling
+            assert fetch(conn, "g", ("a", 2), ("a", 3)) == {("a", 2): 5, ("a", 3): 5}
+            commit(conn, "g", {("a", 2): 5}, b)
+            # c1 no longer owns them: its commits there are refused.
+            with pytest.raises(errors.UnassignedPartitionError):
+                c1.commit({TopicPartition("a", 2): 5})
+            groups.leave_group(conn, group_id="g", member_id=b.member_id)
 
 
 def test_a_static_member_close_does_not_leave(topics: str, conn: sa.Connection) -> None:
@@ -807,3 +958,28 @@ def test_position_and_committed_for_a_new_member(topics: str, conn: sa.Connectio
         }
         first = c1.poll(0.5)
         assert all(r.offset >= positions[r.partition] for r in first)
+
+
+def test_a_pattern_subscription_picks_up_topics_created_later(db_url: str, topics: str) -> None:
+    """subscribe(pattern=...) matches whole topic names, and again every metadata_max_age_ms; a
+    plain subscription to a topic that does not exist yet waits for it."""
+    events = Events()
+    with (
+        group_consumer(topics, "p1", metadata_max_age_ms=200) as by_pattern,
+        Consumer(topics, group_id="plain", client_id="p2", **FAST) as plain,  # type: ignore[arg-type]
+    ):
+        by_pattern.subscribe(pattern=r"pat-\d+", on_assign=events.assign, on_revoke=events.revoke)
+        plain.subscribe(["pat-9"])
+        assert by_pattern.assignment() == set() and plain.assignment() == set()
+        with Admin(db_url) as admin:
+            admin.create_topic("pat-1", partitions=2)
+            admin.create_topic("pat-9", partitions=1)
+            admin.create_topic("pat-1x", partitions=1)  # not a whole-name match
+        want = tps(("pat-1", 0), ("pat-1", 1), ("pat-9", 0))
+        poll_until([by_pattern, plain], lambda: by_pattern.assignment() == want, "the pattern's topics")
+        poll_until([plain], lambda: plain.assignment() == tps(("pat-9", 0)), "the topic created after subscribe")
+        assert events.kinds("revoke") == []
+        with pytest.raises(errors.ConfigurationError, match="not both"):
+            plain.subscribe(["a"], pattern="a")
+        with pytest.raises(errors.ConfigurationError, match="regular expression"):
+            plain.subscribe(pattern="(")

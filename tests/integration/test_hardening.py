@@ -392,6 +392,45 @@ def test_a_member_commits_with_its_generation(victim: Principal) -> None:
         groups.offset_commit(conn, group_id="g", offsets=offsets, member_id=m.member_id, generation=m.generation)
 
 
+def test_a_group_member_is_bound_to_its_principal(victim: Principal, attacker: Principal, engine: sa.Engine) -> None:
+    """Migration 0021: with a victim's member id (visible in group_status), another principal
+    cannot heartbeat for it (a heartbeat naming none of its partitions would hand them to another
+    member while the victim still reads them), make it leave, rejoin as it, commit for it, or take
+    its static instance over."""
+    join = {"group_id": "g", "topics": [TOPIC], "session_timeout_ms": 60_000}
+    me = victim.call(groups.join_group, **join, group_instance_id="inst")
+    assert len(me.assignment) == PARTITIONS
+    them = attacker.call(groups.join_group, **join)  # a member of its own: half the partitions are its target
+    assert them.assignment == frozenset() and them.reconciling
+
+    def unknown(call: Any, **kwargs: Any) -> None:
+        with pytest.raises(errors.UnknownMemberIdError):
+            attacker.call(call, **kwargs)
+
+    unknown(groups.heartbeat, group_id="g", member_id=me.member_id, group_instance_id="inst", owned=[])
+    unknown(groups.heartbeat, group_id="g", member_id=me.member_id, owned=[])
+    unknown(groups.join_group, **join, member_id=me.member_id, group_instance_id="inst")
+    offsets = {(TOPIC, 0): (5, "")}
+    unknown(groups.offset_commit, group_id="g", offsets=offsets, member_id=me.member_id, generation=me.generation)
+    attacker.call(groups.leave_group, group_id="g", member_id=me.member_id)  # changes nothing
+    with pytest.raises(errors.FencedInstanceIdError, match="another principal"):
+        attacker.call(groups.join_group, **join, group_instance_id="inst")
+    # The victim still owns everything; the attacker's own member still waits for its share.
+    with engine.connect() as conn:
+        owners = conn.exec_driver_sql(
+            "SELECT member_id, count(*) FROM member_assignments WHERE group_id = 'g' GROUP BY member_id"
+        ).all()
+    assert [tuple(r) for r in owners] == [(me.member_id, PARTITIONS)]
+    assert attacker.call(groups.heartbeat, group_id="g", member_id=them.member_id, owned=[]).assignment == frozenset()
+    # The victim lets go of what moves; only then does the attacker's member get it.
+    seen = victim.call(
+        groups.heartbeat, group_id="g", member_id=me.member_id, group_instance_id="inst", owned=me.assignment
+    )
+    victim.call(groups.heartbeat, group_id="g", member_id=me.member_id, group_instance_id="inst", owned=seen.assignment)
+    got = attacker.call(groups.heartbeat, group_id="g", member_id=them.member_id, owned=[])
+    assert got.assignment == me.assignment - seen.assignment and len(got.assignment) == PARTITIONS // 2
+
+
 # --- 5, 7. nothing malformed gets in; nothing stored stops a reader ----------------------------
 
 BAD_HEADERS = [

@@ -5,7 +5,7 @@ solves), in a process of its own so it can really crash::
 
 The consumer joins GROUP (client id ``c2``, a short session timeout) subscribed to ``in``; the
 parent's consumer (client id ``c1``) is already a member, so the range assignor gives this one
-``in-1``. The transactional producer then:
+``in-1``, once the parent's consumer has let go of it. The transactional producer then:
 
 1. reads in-1 offsets 0..4, writes their upper-cased copies to ``out`` (same partition) and
    commits them together with the offset 5 (event ``committed``);
@@ -60,8 +60,15 @@ def main(argv: list[str]) -> int:
     try:
         producer.init_transactions()
         consumer.subscribe([IN])
-        if consumer.assignment() != {TP}:
-            raise SystemExit(f"expected to own {TP}, got {consumer.assignment()}")
+        # in-1 is ours once the parent's consumer lets go of it, at one of its polls. What our
+        # polls return meanwhile is dropped: start from the committed offset, as a new owner.
+        deadline = time.monotonic() + 60
+        while consumer.assignment() != {TP}:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"expected to own {TP}, got {consumer.assignment()}")
+            consumer.poll(0.05)
+        done = consumer.committed([TP])[TP]
+        consumer.seek(TP, done.offset if done is not None else 0)
         meta = consumer.group_metadata()
         event("joined", member_id=meta.member_id, generation=meta.generation_id)
         for target in (5, 10):

@@ -6,9 +6,10 @@ partitions, fences static members and bumps generations is proven by tests/test_
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -34,6 +35,7 @@ class FakeGroupStore:
     next_member: int = 0
     calls: list[tuple[str, dict[str, object]]] = field(default_factory=list)
     faults: dict[str, deque[errors.OncelogError]] = field(default_factory=dict)
+    closed: bool = False
 
     def fail(self, operation: str, exc: errors.OncelogError) -> None:
         self.faults.setdefault(operation, deque()).append(exc)
@@ -62,8 +64,11 @@ class FakeGroupStore:
         member_id: str | None = None,
         group_instance_id: str | None = None,
         client_id: str | None = None,
+        owned: Iterable[tuple[str, int]] = (),
     ) -> Membership:
-        self._call("join_group", member_id=member_id, topics=topics, group_instance_id=group_instance_id)
+        self._call(
+            "join_group", member_id=member_id, topics=topics, group_instance_id=group_instance_id, owned=list(owned)
+        )
         if member_id is None:
             self.next_member += 1
             member_id = f"member-{self.next_member}"
@@ -71,8 +76,10 @@ class FakeGroupStore:
         self.assignments[member_id] = self.on_join
         return Membership(member_id, self.generation, self.on_join)
 
-    def heartbeat(self, *, group_id: str, member_id: str, group_instance_id: str | None) -> Membership:
-        self._call("heartbeat", member_id=member_id)
+    def heartbeat(
+        self, *, group_id: str, member_id: str, group_instance_id: str | None, owned: Iterable[tuple[str, int]]
+    ) -> Membership:
+        self._call("heartbeat", member_id=member_id, owned=list(owned))
         return Membership(member_id, self.generation, self.assignments[member_id])
 
     def leave_group(self, *, group_id: str, member_id: str) -> None:
@@ -80,11 +87,20 @@ class FakeGroupStore:
         del self.assignments[member_id]
         self.generation += 1
 
+    def wait_for_change(self, group_id: str, timeout: float, interrupt: threading.Event) -> None:
+        interrupt.wait(timeout)
+
+    def close(self) -> None:
+        self.closed = True
+
 
 class Harness:
     """A coordinator over a fake store, its positions, the callbacks' calls and a clock."""
 
-    def __init__(self, *, instance_id: str | None = None, heartbeat_interval: float = 3600.0) -> None:
+    def __init__(
+        self, *, instance_id: str | None = None, heartbeat_interval: float = 3600.0, on_lost: bool = False
+    ) -> None:
+        self.with_on_lost = on_lost
         self.now = 1000.0
         self.store = FakeGroupStore()
         seam: GroupStore = self.store  # the fake satisfies the Protocol (checked by mypy)
@@ -98,6 +114,7 @@ class Harness:
             group_instance_id=instance_id,
             heartbeat_interval=heartbeat_interval,  # by default the thread never beats: tests call heartbeat_once()
             max_poll_interval=300.0,
+            session_timeout_ms=45_000,
             fill_positions=self.fill,
             clock=lambda: self.now,
         )
@@ -113,7 +130,15 @@ class Harness:
             ["a"],
             on_assign=lambda tps: self.events.append(("assign", set(tps))),
             on_revoke=lambda tps: self.events.append(("revoke", set(tps))),
+            on_lost=(lambda tps: self.events.append(("lost", set(tps)))) if self.with_on_lost else None,
         )
+
+    def owned_in_last(self, operation: str) -> list[tuple[str, int]]:
+        """The partitions the last ``operation`` call named as held."""
+        args = [a for op, a in self.store.calls if op == operation][-1]
+        owned = args["owned"]
+        assert isinstance(owned, list)
+        return owned
 
     @property
     def member_id(self) -> str:
@@ -153,6 +178,9 @@ def test_a_rebalance_seen_by_a_heartbeat_is_applied_at_the_next_poll(h: Harness)
     assert h.events == [("revoke", {A1}), ("assign", {A2})]
     assert h.positions.position(A0) == 7  # kept partition, kept position
     assert h.positions.position(A1) is None
+    # Having revoked a-1, it lets go of it at once: a heartbeat that no longer names it.
+    assert h.store.count("heartbeat") == 2
+    assert h.owned_in_last("heartbeat") == [("a", 0), ("a", 2)]
     # Applied once: the next poll changes nothing.
     h.events.clear()
     h.coordinator.poll()
@@ -168,15 +196,49 @@ def test_a_heartbeat_in_the_same_generation_changes_nothing(h: Harness) -> None:
     assert h.store.count("join_group") == 1
 
 
-def test_missed_generations_revoke_everything(h: Harness) -> None:
+def test_a_heartbeat_names_what_a_pending_answer_may_hand_over(h: Harness) -> None:
+    """The store lets go of whatever a heartbeat does not name: a partition in an answer the
+    caller's thread has not applied yet must be named, or the next poll would read a partition
+    that has another owner by then."""
     h.subscribe()
-    h.positions.seek(A0, 7)
-    h.store.rebalance(h.member_id, {A0, A1}, generations=2)  # moved away and back meanwhile
-    h.coordinator.heartbeat_once()
+    assert h.owned_in_last("join_group") == []
+    assert h.coordinator.heartbeat_once()
+    assert h.owned_in_last("heartbeat") == [("a", 0), ("a", 1)]
+    h.store.rebalance(h.member_id, {A1, A2})
+    assert h.coordinator.heartbeat_once()  # the answer with a-2 is pending
+    assert h.coordinator.heartbeat_once()
+    assert h.owned_in_last("heartbeat") == [("a", 0), ("a", 1), ("a", 2)]
+    h.events.clear()
+    h.coordinator.poll()  # revokes a-0, then lets go of it
+    assert h.events == [("revoke", {A0}), ("assign", {A2})]
+    assert h.owned_in_last("heartbeat") == [("a", 1), ("a", 2)]
+
+
+def test_no_answer_for_the_session_timeout_loses_the_partitions_before_a_fetch() -> None:
+    """The store may hand the partitions on once the session has run out: the next poll calls
+    on_lost (not on_revoke) and drops them, then rejoins under the same member id (the store
+    still has it here)."""
+    h = Harness(on_lost=True)
+    h.subscribe()
+    h.store.fail("heartbeat", errors.DatabaseUnavailableError())
+    assert h.coordinator.heartbeat_once()
+    h.now += 44
+    h.coordinator.poll()
+    assert h.events == [("assign", {A0, A1})]
+    h.now += 2  # 46 s since the last answer's request was sent
+    h.events.clear()
+    h.coordinator.poll()
+    assert h.events == [("lost", {A0, A1}), ("assign", {A0, A1})]
+    joins = [(args["member_id"], args["owned"]) for op, args in h.store.calls if op == "join_group"]
+    assert joins == [(None, []), ("member-1", [])]
+
+
+def test_on_revoke_stands_in_for_a_missing_on_lost(h: Harness) -> None:
+    h.subscribe()
+    h.now += 46
     h.events.clear()
     h.coordinator.poll()
     assert h.events == [("revoke", {A0, A1}), ("assign", {A0, A1})]
-    assert h.positions.position(A0) == 0  # from the committed offset, not the stale 7
 
 
 @pytest.mark.parametrize("error", [errors.UnknownMemberIdError, errors.IllegalGenerationError])
@@ -190,7 +252,10 @@ def test_a_heartbeat_refused_for_membership_rejoins_at_the_next_poll(
     assert h.store.count("join_group") == 1
     h.coordinator.poll()
     assert h.store.count("join_group") == 2
-    assert h.store.calls[-1] == ("join_group", {"member_id": old, "topics": ["a"], "group_instance_id": None})
+    assert h.store.calls[-1] == (
+        "join_group",
+        {"member_id": old, "topics": ["a"], "group_instance_id": None, "owned": [("a", 0), ("a", 1)]},
+    )
     member = h.coordinator.member
     assert member is not None and member.generation == 2
 
@@ -277,3 +342,4 @@ def test_the_heartbeat_thread_beats_until_stopped() -> None:
     assert beats >= 2
     time.sleep(0.05)
     assert h.store.count("heartbeat") == beats
+    assert h.store.closed  # the thread released what it listened on
