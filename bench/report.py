@@ -1,13 +1,13 @@
-"""The benchmark report: every figure of the four benchmarks beside its raw-PostgreSQL baseline and the ratio,
+"""The benchmark report: every figure of the benchmarks beside its raw-PostgreSQL baseline and the ratio,
 plots, the machine and the run, and a headline table held against the issue's targets.
 
     .venv/bin/python -m bench.report --results bench/results --out docs/bench [--update-readme [README]]
 
-Reads ``<results>/{produce,transactions,pipeline,spark}.json`` (what ``bench/run`` writes) and writes
+Reads ``<results>/{produce,transactions,pipeline,spark,groups}.json`` (what ``bench/run`` writes) and writes
 ``<out>/report.md`` with its PNG plots beside it (matplotlib, Agg, no display needed). A benchmark without
 results is reported as such, never fatal: ``bench/run`` leaves ``<name>.failed`` (its exit status and the
 end of its stderr) or ``<name>.skipped`` in place of the JSON. With ``--update-readme`` the README's block
-between the ``bench:headline`` markers becomes the headline table, when all four benchmarks have results
+between the ``bench:headline`` markers becomes the headline table, when every benchmark has results
 and none comes from a ``--quick`` run (those numbers measure nothing, so they never reach the README).
 
 The report is a pure function of the JSON: rendering the same results again writes the same files.
@@ -38,6 +38,7 @@ BENCHMARKS: dict[str, str] = {
     "transactions": "transactions, commit latency, reads (bench/transactions.py)",
     "pipeline": "consume-transform-produce, wake-up, NOTIFY (bench/pipeline.py)",
     "spark": "Spark reads and the exactly-once Spark pipeline (bench/spark.py)",
+    "groups": "consumer groups through a rebalance (bench/groups.py)",
 }
 START_MARKER = "<!-- bench:headline:start -->"
 END_MARKER = "<!-- bench:headline:end -->"
@@ -659,11 +660,58 @@ def write_back_headlines(res: dict[str, Any]) -> list[Headline]:
     ]
 
 
+def groups_headlines(res: dict[str, Any]) -> list[Headline]:
+    """The largest group's rebalance: records/s through it against before, and how long it took."""
+    m = max(res["cases"], key=lambda c: c["members"])["median"]
+    n = m["members"]
+    return [
+        Headline(
+            f"consumer group of {n} + 1 joining: records/s from the join until stable, against before",
+            f"{compact(m['through_records_per_s'])} records/s",
+            f"{compact(m['steady_records_per_s'])} records/s (before)",
+            f"{m['through_ratio']:.2f}" if m["through_ratio"] is not None else "",
+            name="records through a rebalance",
+        ),
+        Headline(
+            f"consumer group of {n} + 1 joining: join to stable; longest time nothing consumed",
+            f"{m['join_to_stable_ms']:,.0f} ms; {m['stop_the_world_ms']:,.0f} ms",
+            f"{m['steady_gap_ms']:,.0f} ms (longest, steady)",
+            name="a rebalance's pause",
+        ),
+    ]
+
+
+def groups_section(res: dict[str, Any]) -> list[str]:
+    s = res["settings"]
+    lines = [
+        f"A member joins a group of N consuming a {s['partitions']}-partition topic written at {s['rate']:,} "
+        f"records/s (Consumer defaults; median of {s['repeat']} run(s) by join-to-stable time). Stable: every "
+        "partition owned by its target member. Nothing consumed: the longest time in which no member's poll "
+        f"returned records, from the join until {s['after_s']:g} s after stable, beside the same in the steady "
+        "seconds before (the members' normal gap). Handover: a moved partition's old owner's last poll with "
+        "records to its new owner's first.",
+        "",
+        "| members before | join to stable (ms) | records/s before | records/s join to stable | ratio "
+        "| nothing consumed (ms) | the same, steady (ms) | handovers | handover p50 / max (ms) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for case in res["cases"]:
+        m = case["median"]
+        ratio_cell = "" if m["through_ratio"] is None else f"{m['through_ratio']:.2f}"
+        lines.append(
+            f"| {m['members']} | {m['join_to_stable_ms']:,.0f} | {m['steady_records_per_s']:,.0f} "
+            f"| {m['through_records_per_s']:,.0f} | {ratio_cell} | {m['stop_the_world_ms']:,.0f} "
+            f"| {m['steady_gap_ms']:,.0f} | {m['handovers']} | {m['handover_p50_ms']} / {m['handover_max_ms']} |"
+        )
+    return [*lines, ""]
+
+
 HEADLINES: dict[str, Callable[[dict[str, Any]], list[Headline]]] = {
     "produce": produce_headlines,
     "transactions": transactions_headlines,
     "pipeline": pipeline_headlines,
     "spark": spark_headlines,
+    "groups": groups_headlines,
 }
 #: What each benchmark's headline rows stand for, for the one row a benchmark without results gets.
 HEADLINE_PLACEHOLDERS = {
@@ -676,6 +724,7 @@ HEADLINE_PLACEHOLDERS = {
     "pipeline": "consume-transform-produce rates and latency",
     "spark": f"Spark: committed view vs raw JDBC (target >= {SPARK_TARGET:g}), Spark pipeline, Spark write-back "
     f"vs raw JDBC (>= {WRITE_BACK_TARGET:g})",
+    "groups": "a consumer group through a rebalance: records/s against before, join to stable",
 }
 
 
@@ -1611,7 +1660,7 @@ def render(outcomes: dict[str, Outcome], drawn: dict[str, str], plot_notes: Sequ
         lines += [f"_{note}_", ""]
     lines += ["## Headline", "", *headline_table(rows), "", headline_summary(rows), ""]
 
-    produce, txn, pipe, spark = (outcomes[n] for n in BENCHMARKS)
+    produce, txn, pipe, spark, groups = (outcomes[n] for n in BENCHMARKS)
     sections: list[tuple[str, list[tuple[Outcome, str, Callable[[dict[str, Any]], list[str]]]], str, str]] = [
         (
             "Throughput against batch size",
@@ -1654,6 +1703,7 @@ def render(outcomes: dict[str, Outcome], drawn: dict[str, str], plot_notes: Sequ
             "pipeline_rates.png",
             "pipeline rates, the Spark write-back and the cost of NOTIFY",
         ),
+        ("Consumer groups through a rebalance", [(groups, "the rebalance", groups_section)], "", ""),
     ]
     for title, parts, image, alt in sections:
         lines += [f"## {title}", "", *_image(drawn, image, alt)]
@@ -1742,7 +1792,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         const=ROOT / "README.md",
         metavar="README",
         help="replace the block between the bench:headline markers of README (default: the repository's) "
-        "with the headline table; only from a complete run of all four benchmarks, never from --quick results",
+        "with the headline table; only from a complete run of every benchmark, never from --quick results",
     )
     parser.add_argument("--no-plots", action="store_true", help="the markdown only (no matplotlib needed)")
     args = parser.parse_args(argv)

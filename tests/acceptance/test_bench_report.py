@@ -1,4 +1,4 @@
-"""The benchmark report (``bench/report.py``) built from small hand-made results of the four benchmarks.
+"""The benchmark report (``bench/report.py``) built from small hand-made results of every benchmark.
 
 No database and no benchmark runs here: the fixtures have the shape the benchmarks write (see
 ``bench/{produce,transactions,pipeline,spark}.py``), with round numbers chosen so that the ratios, and so
@@ -395,12 +395,38 @@ def spark_result(view_ratio: float = 0.97, write_back_ratio: float | None = 0.55
     }
 
 
+def groups_result() -> dict[str, Any]:
+    """The shape bench/groups.py writes."""
+
+    def case(members: int, join_ms: float) -> dict[str, Any]:
+        run = {
+            "members": members,
+            "join_to_stable_ms": join_ms,
+            "steady_records_per_s": 4000.0,
+            "through_records_per_s": 3000.0,
+            "through_ratio": 0.75,
+            "stop_the_world_ms": 210.0,
+            "steady_gap_ms": 200.0,
+            "handovers": members,
+            "handover_p50_ms": 40.0,
+            "handover_max_ms": 90.0,
+        }
+        return {"members": members, "runs": [run], "median": run}
+
+    return {
+        **_common("groups", "2026-11-21T12:30:00+00:00"),
+        "settings": {"partitions": 16, "repeat": 1, "rate": 4000, "steady_s": 4.0, "after_s": 1.0},
+        "cases": [case(1, 120.0), case(4, 150.0), case(8, 180.0)],
+    }
+
+
 def full_results() -> dict[str, dict[str, Any]]:
     return {
         "produce": produce_result(),
         "transactions": transactions_result(),
         "pipeline": pipeline_result(),
         "spark": spark_result(),
+        "groups": groups_result(),
     }
 
 
@@ -413,7 +439,7 @@ def write_results(folder: Path, results: dict[str, dict[str, Any]]) -> Path:
 
 @pytest.fixture
 def full_report(tmp_path: Path) -> tuple[Path, str]:
-    """The report of all four benchmarks, built into tmp_path/out."""
+    """The report of every benchmark, built into tmp_path/out."""
     results = write_results(tmp_path / "results", full_results())
     _, path = report.build(results, tmp_path / "out")
     return path.parent, path.read_text()
@@ -876,7 +902,7 @@ def test_failed_skipped_and_missing_benchmarks_are_reported_not_fatal(tmp_path: 
     outcomes, path = report.build(results, out)
     md = path.read_text()
 
-    assert [o.status for o in outcomes.values()] == ["ok", "failed", "missing", "skipped"]
+    assert [o.status for o in outcomes.values()] == ["ok", "failed", "missing", "skipped", "missing"]
     assert "the transactions benchmark failed (exit 1: RuntimeError: the log holds 3 / 4 records)" in md
     assert "the pipeline benchmark has no results (no pipeline.json in " in md
     assert "the spark benchmark was skipped (skipped with --skip spark)" in md
@@ -886,7 +912,7 @@ def test_failed_skipped_and_missing_benchmarks_are_reported_not_fatal(tmp_path: 
     # The produce figures are all there; the others' headline rows say why they are not.
     assert "| 0.60, 0.55, 0.75, 0.80 | >= 0.8 (lowest): **not met** |" in md
     rows = report.headlines(outcomes)
-    assert [r.status for r in rows if r.missing] == ["not measured"] * 3
+    assert [r.status for r in rows if r.missing] == ["not measured"] * 4
     assert "Not measured: transactions of 1000 records" in md
     # Only the plots the results allow; the stale one is gone.
     assert sorted(p.name for p in out.glob("*.png")) == ["latency.png", "produce_throughput.png"]
@@ -940,8 +966,8 @@ def test_results_from_different_runs_are_flagged(tmp_path: Path) -> None:
     _, path = report.build(write_results(tmp_path / "results", results), tmp_path / "out", plots=False)
     md = path.read_text()
     assert (
-        "The results differ in commit (produce: abc1234; transactions: abc1234; pipeline: abc1234; spark: fff0000)"
-        in md
+        "The results differ in commit (produce: abc1234; transactions: abc1234; pipeline: abc1234; spark: fff0000; "
+        "groups: abc1234)" in md
     )
 
 
@@ -1054,3 +1080,10 @@ def test_a_readme_without_markers_is_an_error_not_an_edit(tmp_path: Path) -> Non
     folder = write_results(tmp_path / "results", full_results())
     assert render_with_readme(folder, tmp_path / "out", readme) == 1
     assert readme.read_text() == "# no markers\n"
+
+
+def test_the_groups_benchmark_is_a_section_and_headline_rows(full_report: tuple[Path, str]) -> None:
+    _, md = full_report
+    assert "## Consumer groups through a rebalance" in md
+    assert "| 8 | 180 | 4,000 | 3,000 | 0.75 | 210 | 200 | 8 | 40.0 / 90.0 |" in md
+    assert "consumer group of 8 + 1 joining: records/s from the join until stable, against before" in md

@@ -1,0 +1,37 @@
+"""The consumer-group benchmark runs end to end (``--quick``) and reports every case.
+
+A smoke test only: it checks the output's shape and that the numbers are there and positive, never
+how fast anything is (performance is measured with ``bench/run``, not asserted here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support import REPO
+
+
+def test_the_groups_benchmark_runs_and_reports_every_case(server_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "groups.json"
+    env = {**os.environ, "ONCELOG_DATABASE_URL": server_url}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.groups", "--quick", "--json", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert "| members before | join to stable (ms) |" in proc.stdout
+    assert [c["members"] for c in result["cases"]] == [1, 2]
+    for case in result["cases"]:
+        m = case["median"]
+        assert m["join_to_stable_ms"] > 0 and m["steady_records_per_s"] > 0
+        assert m["stop_the_world_ms"] > 0 and m["handovers"] >= 1
