@@ -132,10 +132,13 @@ class GroupMember:
     group_instance_id: str | None
     client_id: str | None
     subscription: tuple[str, ...]
+    #: The partitions it owns now.
     assignment: tuple[TopicPartition, ...]
     last_heartbeat_at: datetime
     #: Silent past its session timeout (the next group call removes it).
     expired: bool
+    #: The partitions the assignor gives it: each becomes its own once the previous owner lets go.
+    target: tuple[TopicPartition, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

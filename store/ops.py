@@ -190,8 +190,8 @@ def describe_group(conn: sa.Connection, *, group_id: str) -> GroupDescription:
     group = _require_group(conn, group_id)
     members = _driver(
         conn,
-        "SELECT member_id, group_instance_id, client_id, subscription, assignment, last_heartbeat_at, expired "
-        "FROM group_status WHERE group_id = %(g)s AND member_id IS NOT NULL "
+        "SELECT member_id, group_instance_id, client_id, subscription, assignment, last_heartbeat_at, expired, "
+        "target FROM group_status WHERE group_id = %(g)s AND member_id IS NOT NULL "
         "ORDER BY coalesce(group_instance_id, member_id), member_id",
         {"g": group_id},
     ).all()
@@ -209,6 +209,7 @@ def describe_group(conn: sa.Connection, *, group_id: str) -> GroupDescription:
                 assignment=_split_assignment(m.assignment),
                 last_heartbeat_at=m.last_heartbeat_at,
                 expired=bool(m.expired),
+                target=_split_assignment(m.target),
             )
             for m in members
         ),

@@ -95,7 +95,7 @@ def describe(obj: CliContext, group: str, as_json: bool) -> None:
         ),
         table(
             "members",
-            ["member", "instance id", "client id", "subscription", "assignment", "last heartbeat", "expired"],
+            ["member", "instance id", "client id", "subscription", "assignment", "target", "last heartbeat", "expired"],
             [
                 (
                     m.member_id,
@@ -103,6 +103,7 @@ def describe(obj: CliContext, group: str, as_json: bool) -> None:
                     m.client_id,
                     m.subscription,
                     m.assignment,
+                    m.target,
                     m.last_heartbeat_at,
                     m.expired,
                 )

@@ -491,6 +491,7 @@ def test_groups_list_describe_lag_and_reset(db_url: str, admin: Admin, engine: s
         [m] = described["members"]
         assert m["client_id"] == "app" and m["subscription"] == ["t"]
         assert m["assignment"] == [{"topic": "t", "partition": 0}, {"topic": "t", "partition": 1}]
+        assert m["target"] == m["assignment"]
         assert "app" in ok(db_url, "groups", "describe", "app")
         lag = js(db_url, "groups", "lag", "app")
         view = rows(

@@ -10,6 +10,9 @@ rebalance callback (tests/support/group_member_child.py). From the logs:
   consumer only returns when the fetch ran within its session (before anybody else could own
   the partition);
 * once the schedule is over, the group converges: every partition is fetched again.
+
+The suite runs 3 schedules (about 30 rebalances); for a soak, set ONCELOG_OWNERSHIP_EXAMPLES (each
+schedule takes 5 to 15 s): ``ONCELOG_OWNERSHIP_EXAMPLES=40 pytest tests/acceptance/test_group_ownership.py``.
 """
 
 from __future__ import annotations
@@ -226,7 +229,11 @@ def tmp_dirs(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+#: Schedules per run (see the module's docstring).
+EXAMPLES = int(os.environ.get("ONCELOG_OWNERSHIP_EXAMPLES", "3"))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS, assignor=st.sampled_from(["range", "roundrobin", "sticky"]))
 def test_no_partition_has_two_live_owners(
     url: str, engine: sa.Engine, tmp_dirs: Path, ops: list[Any], assignor: str
