@@ -8,6 +8,8 @@ from typing import Any, Self
 
 import sqlalchemy as sa
 
+from oncelog import validate
+from oncelog.errors import ConfigurationError
 from oncelog.store import create_engine, redact
 from oncelog.store.engine import CLIENT_GRACE_S, DEFAULT_SCHEMA, Timeouts, bounded
 from oncelog.store.errors import mapped_errors
@@ -26,8 +28,18 @@ class Client:
         schema: str = DEFAULT_SCHEMA,
         pool_size: int = 2,
         request_timeout_ms: float | None = DEFAULT_REQUEST_TIMEOUT_MS,
+        client_id: str | None = None,
         **engine_kwargs: Any,
     ):
+        """``client_id`` (Kafka's ``client.id``) names the client's connections to the server: it
+        is their ``application_name``, shown in ``pg_stat_activity`` and the server's log (which
+        keep its first 63 bytes)."""
+        validate.optional_text("client_id", client_id, error=ConfigurationError)
+        if client_id is not None:
+            connect_args = dict(engine_kwargs.pop("connect_args", {}))
+            connect_args.setdefault("application_name", client_id)
+            engine_kwargs["connect_args"] = connect_args
+        self.client_id = client_id
         self._url_redacted = redact(database_url)
         self._schema = schema
         # Every connection carries the client's own bound on one request (statement and lock

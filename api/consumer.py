@@ -25,7 +25,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from operator import itemgetter
 from typing import Any, Literal
 
@@ -91,6 +91,7 @@ class Consumer(Client):
         heartbeat_interval_ms: int = 3000,
         max_poll_interval_ms: int = 300_000,
         metadata_max_age_ms: int = 300_000,
+        consumer_timeout_ms: float | None = None,
         max_poll_records: int = 500,
         partition_assignment_strategy: str = "range",
         default_api_timeout_ms: int = 60_000,
@@ -128,6 +129,8 @@ class Consumer(Client):
             raise ConfigurationError(f"partition_assignment_strategy must be one of {_ASSIGNORS}")
         if max_poll_records < 1:
             raise ConfigurationError("max_poll_records must be at least 1")
+        if consumer_timeout_ms is not None:
+            validate.number("consumer_timeout_ms", consumer_timeout_ms, low=0, error=ConfigurationError)
         if not isinstance(read_ahead, bool):
             raise ConfigurationError(f"read_ahead must be True or False, not {read_ahead!r}")
         if not isinstance(listen_for_writes, bool):
@@ -154,6 +157,7 @@ class Consumer(Client):
             schema=schema,
             pool_size=2,
             request_timeout_ms=min(_REQUEST_TIMEOUT_MS, default_api_timeout_ms),
+            client_id=client_id,
         )
         self.isolation_level = isolation_level
         self.group_id = group_id
@@ -162,6 +166,7 @@ class Consumer(Client):
         self._auto_commit = group_id is not None if enable_auto_commit is None else enable_auto_commit
         self._auto_commit_interval = auto_commit_interval_ms / 1000
         self._max_poll_records = max_poll_records
+        self._iter_timeout = None if consumer_timeout_ms is None else consumer_timeout_ms / 1000
         self._read_ahead = read_ahead
         self._listen = listen_for_writes
         # The wait registered in the store (fetch_wait_v1): for which partitions and isolation,
@@ -433,6 +438,49 @@ class Consumer(Client):
             else:
                 time.sleep(min(backoff, remaining))
             backoff = min(backoff * 2, self._max_backoff)
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        """Records one at a time as they come (kafka-python's ``for record in consumer``), polling
+        on until the consumer is closed, or until ``consumer_timeout_ms`` passes with none.
+
+        A partition's position follows the records handed out: a ``commit()`` in the loop's body
+        covers the records handed out so far, never those of the same poll still to come, and
+        leaving the loop early leaves those to the next poll."""
+        idle_since = time.monotonic()
+        while not self._closed:
+            wait = 1.0
+            if self._iter_timeout is not None:
+                wait = min(wait, self._iter_timeout - (time.monotonic() - idle_since))
+                if wait <= 0:
+                    return
+            records = self.poll(wait)
+            if not records:
+                continue
+            idle_since = time.monotonic()
+            subs = self._subscriptions
+            # Where the poll left each partition, and where it stands as the records go out.
+            final: dict[TopicPartition, int | None] = {}
+            at: dict[TopicPartition, int] = {}
+            for r in records:
+                if r.topic_partition not in at:
+                    final[r.topic_partition] = subs.position(r.topic_partition)
+                    at[r.topic_partition] = r.offset
+            for tp, first in at.items():
+                end = final[tp]
+                if end is None or not subs.move_if_at(tp, end, first):
+                    at[tp] = -1
+            for r in records:
+                tp = r.topic_partition
+                # -1: sought or revoked by the caller meanwhile: the rest of its records are stale.
+                if at[tp] < 0 or not subs.move_if_at(tp, at[tp], r.offset + 1):
+                    at[tp] = -1
+                    continue
+                at[tp] = r.offset + 1
+                yield r
+            for tp, offset in at.items():
+                end = final[tp]
+                if offset >= 0 and end is not None:
+                    subs.move_if_at(tp, offset, end)  # past markers and aborted records after the last one
 
     def _waiting(self, remaining: float) -> WaitRegistration | Literal[False] | None:
         """The registration of this reader's wait on the partitions it reads: the one it holds if

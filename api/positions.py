@@ -90,6 +90,14 @@ class SubscriptionState:
         """Every assigned partition's position (those that have one)."""
         return {tp: pos for tp, pos in self._positions.items() if tp in self._assigned}
 
+    def move_if_at(self, partition: TopicPartition, expected: int, offset: int) -> bool:
+        """Set ``partition``'s position to ``offset`` if it is assigned and still at ``expected``
+        (nobody sought or revoked it meanwhile); whether it was."""
+        if partition not in self._assigned or self._positions.get(partition) != expected:
+            return False
+        self._positions[partition] = offset
+        return True
+
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Read an assigned ``partition`` from ``offset`` next (it no longer awaits a committed one)."""
         tp = self.assigned(partition)

@@ -28,7 +28,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future
 from datetime import datetime
 from typing import Any
 
@@ -38,6 +37,7 @@ from oncelog.client import Client
 from oncelog.metrics import WindowedRate
 from oncelog.partitioner import DefaultPartitioner, Partitioner
 from oncelog.producer_store import DatabaseStore, ProducerStore
+from oncelog.record_future import RecordFuture
 from oncelog.sender import Sender, SenderMetrics, fail_batch
 from oncelog.serde import Serializer, resolve_serializer, serialize_bytes
 from oncelog.store import topics
@@ -76,6 +76,7 @@ class Producer(Client):
         database_url: str,
         *,
         schema: str = DEFAULT_SCHEMA,
+        client_id: str | None = None,
         transactional_id: str | None = None,
         transaction_timeout_ms: int = 60_000,
         enable_idempotence: bool = True,
@@ -125,7 +126,11 @@ class Producer(Client):
             if not transactional_id:
                 raise errors.ConfigurationError("transactional_id must be a string of 1 to 255 characters")
         super().__init__(
-            database_url, schema=schema, pool_size=2, request_timeout_ms=_attempt_timeout(delivery_timeout_ms) * 1000
+            database_url,
+            schema=schema,
+            pool_size=2,
+            request_timeout_ms=_attempt_timeout(delivery_timeout_ms) * 1000,
+            client_id=client_id,
         )
         self.transactional_id = transactional_id
         self._prepared = False
@@ -196,7 +201,7 @@ class Producer(Client):
         headers: Headers | Mapping[str, bytes | None] | None = None,
         timestamp: datetime | float | None = None,
         callback: Callback | None = None,
-    ) -> Future[RecordMetadata]:
+    ) -> RecordFuture:
         """Queue a record; the future resolves with its RecordMetadata once acknowledged.
 
         Bad input (serialization, unknown topic or partition, a record over the topic's

@@ -198,6 +198,10 @@ class RecordFuture(Future[RecordMetadata]):
             raise error
         return batch.metadata(self._index)
 
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        """:meth:`result`, by the name kafka-python's ``FutureRecordMetadata`` gives it."""
+        return self.result(timeout)
+
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """The record's error (None once acknowledged); TimeoutError after ``timeout`` seconds."""
         batch = self._batch

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
@@ -67,7 +67,7 @@ def arm(proxy: FaultProxy, fault: str) -> None:
         proxy.cut_before_next_request()
 
 
-def results(futures: list[Future[RecordMetadata]]) -> list[RecordMetadata]:
+def results(futures: Sequence[Future[RecordMetadata]]) -> list[RecordMetadata]:
     return [f.result(RESULT_TIMEOUT) for f in futures]
 
 

@@ -348,3 +348,54 @@ def test_headers_are_stored_readably(db_url: str, admin: Admin, engine: sa.Engin
     with engine.connect() as conn:
         stored = conn.exec_driver_sql("SELECT headers::text FROM records").scalar_one()
     assert json.loads(stored) == [{"key": "a", "value": "MQ=="}, {"key": "b", "value": None}]
+
+
+def test_client_id_names_the_connections(db_url: str, admin: Admin, engine: sa.Engine) -> None:
+    """Kafka's client.id on every client: the connections' application_name."""
+    admin.create_topic("named", partitions=1)
+    names = "SELECT application_name FROM pg_stat_activity WHERE application_name LIKE 'app-%%'"
+    with (
+        Producer(db_url, client_id="app-producer") as producer,
+        Consumer(db_url, client_id="app-consumer") as consumer,
+        Admin(db_url, client_id="app-admin") as named_admin,
+    ):
+        producer.send("named", b"v").get(timeout=30)
+        consumer.assign([TopicPartition("named", 0)])
+        consumer.seek_to_beginning()
+        assert consumer.poll(timeout=5)
+        named_admin.list_topics()
+        with engine.connect() as conn:
+            seen = {r.application_name for r in conn.exec_driver_sql(names)}
+        assert seen >= {"app-producer", "app-consumer", "app-admin"}
+        assert producer.client_id == "app-producer"
+    with pytest.raises(errors.ConfigurationError):
+        Producer(db_url, client_id=5)  # type: ignore[arg-type]
+
+
+def test_iterating_a_consumer_hands_records_out_one_by_one(db_url: str, admin: Admin) -> None:
+    """for record in consumer (kafka-python): positions follow the records handed out, so a
+    commit in the loop covers only those, and leaving the loop early leaves the rest to the next
+    poll; consumer_timeout_ms ends the iteration."""
+    admin.create_topic("iter", partitions=2)
+    with Producer(db_url, linger_ms=50) as producer:
+        for i in range(10):
+            producer.send("iter", f"v{i}".encode(), partition=i % 2)
+        producer.flush()
+    tps = [TopicPartition("iter", 0), TopicPartition("iter", 1)]
+    with Consumer(db_url, group_id="iter-group", enable_auto_commit=False, consumer_timeout_ms=300) as consumer:
+        consumer.assign(tps)
+        taken = []
+        for record in consumer:
+            taken.append(record)
+            if len(taken) == 3:
+                consumer.commit()
+                break
+        done = {tp: consumer.position(tp) for tp in tps}
+        by_partition = {tp: [r.offset for r in taken if r.topic_partition == tp] for tp in tps}
+        assert done == {tp: (offsets[-1] + 1 if offsets else 0) for tp, offsets in by_partition.items()}
+        assert {tp: o.offset for tp, o in consumer.committed(tps).items() if o} == done
+        rest = list(consumer)  # the rest, then it stops after 300 ms with nothing
+        assert sorted((r.partition, r.offset) for r in taken + rest) == [(p, o) for p in (0, 1) for o in range(5)]
+        assert consumer.position(tps[0]) == consumer.position(tps[1]) == 5
+    with pytest.raises(errors.ConfigurationError):
+        Consumer(db_url, consumer_timeout_ms=-1)

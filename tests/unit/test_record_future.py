@@ -35,6 +35,14 @@ def test_each_record_gets_its_offset_and_the_batch_append_time() -> None:
     assert all(f.done() and f.exception(0) is None and not f.running() for f in fs)
 
 
+def test_get_is_result_by_kafka_pythons_name() -> None:
+    batch, fs = futures(1)
+    with pytest.raises(TimeoutError):
+        fs[0].get(0.01)
+    batch.succeed(7, APPENDED)
+    assert fs[0].get(timeout=0) == fs[0].result() == RecordMetadata("t", 3, 7, APPENDED)
+
+
 def test_a_record_with_its_own_timestamp_keeps_it() -> None:
     batch, fs = futures(2)
     batch.timestamps = [None, OWN]
