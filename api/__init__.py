@@ -10,6 +10,7 @@ from oncelog import errors
 from oncelog.admin import Admin
 from oncelog.consumer import Consumer
 from oncelog.errors import OncelogError
+from oncelog.outbox import send
 from oncelog.producer import Producer
 from oncelog.types import (
     ConsumerGroupMetadata,
@@ -38,4 +39,5 @@ __all__ = [
     "TopicPartition",
     "__version__",
     "errors",
+    "send",
 ]

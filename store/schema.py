@@ -993,6 +993,37 @@ acl_settings = sa.Table(
 
 # Readers waiting for new records (migration 0020): unlogged, since a registration matters only
 # while its reader waits, and writing it must not cost a WAL flush.
+outbox_records = sa.Table(
+    "outbox_records",
+    metadata,
+    sa.Column(
+        "xact_id",
+        sa.BigInteger,
+        primary_key=True,
+        server_default=sa.text("(pg_current_xact_id())::text::bigint"),
+        comment="The sending transaction (pg_current_xact_id()).",
+    ),
+    sa.Column(
+        "seq",
+        sa.BigInteger,
+        sa.Identity(always=True),
+        primary_key=True,
+        comment="Send order within the transaction.",
+    ),
+    sa.Column("topic_id", sa.Integer, nullable=False, comment="The topic."),
+    sa.Column("partition", sa.Integer, nullable=False, comment="The partition send_v1 chose."),
+    sa.Column("key", pg.BYTEA, nullable=True, comment="The record key."),
+    sa.Column("value", pg.BYTEA, nullable=True, comment="The record value; NULL is a tombstone."),
+    sa.Column("headers", pg.JSONB, nullable=True, comment="The record headers, as produce_v2 takes them."),
+    sa.ForeignKeyConstraint(
+        ["topic_id", "partition"],
+        [partitions.c.topic_id, partitions.c.partition],
+        ondelete="CASCADE",
+    ),
+    comment="Records sent in a transaction that has not committed yet (send_v1): a deferred trigger appends them "
+    "to the log at its commit and removes them. Empty outside open transactions.",
+)
+
 fetch_waiters = sa.Table(
     "fetch_waiters",
     metadata,

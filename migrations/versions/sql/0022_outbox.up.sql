@@ -1,0 +1,196 @@
+CREATE TABLE outbox_records (
+	xact_id BIGINT DEFAULT (pg_current_xact_id())::text::bigint NOT NULL,
+	seq BIGINT GENERATED ALWAYS AS IDENTITY,
+	topic_id INTEGER NOT NULL,
+	partition INTEGER NOT NULL,
+	key BYTEA,
+	value BYTEA,
+	headers JSONB,
+	CONSTRAINT pk_outbox_records PRIMARY KEY (xact_id, seq),
+	CONSTRAINT fk_outbox_records_topic_id_partition_partitions FOREIGN KEY(topic_id, partition) REFERENCES partitions (topic_id, partition) ON DELETE CASCADE
+);
+
+COMMENT ON TABLE outbox_records IS 'Records sent in a transaction that has not committed yet (send_v1): a deferred trigger appends them to the log at its commit and removes them. Empty outside open transactions.';
+
+COMMENT ON COLUMN outbox_records.xact_id IS 'The sending transaction (pg_current_xact_id()).';
+
+COMMENT ON COLUMN outbox_records.seq IS 'Send order within the transaction.';
+
+COMMENT ON COLUMN outbox_records.topic_id IS 'The topic.';
+
+COMMENT ON COLUMN outbox_records.partition IS 'The partition send_v1 chose.';
+
+COMMENT ON COLUMN outbox_records.key IS 'The record key.';
+
+COMMENT ON COLUMN outbox_records.value IS 'The record value; NULL is a tombstone.';
+
+COMMENT ON COLUMN outbox_records.headers IS 'The record headers, as produce_v2 takes them.';
+
+REVOKE ALL ON TABLE outbox_records FROM PUBLIC, @schema@_reader, @schema@_client, @schema@_admin;
+GRANT SELECT ON TABLE outbox_records TO @schema@_admin;
+
+-- Frozen from store/sql by scripts/freeze_revision.py (above: the table changes, written by hand).
+CREATE OR REPLACE FUNCTION murmur2_v1(p_data bytea)
+ RETURNS integer
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE STRICT
+ SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    -- Kafka's Utils.murmur2 (seed 0x9747b28c), in 32-bit unsigned arithmetic held in bigints:
+    -- a product of two 32-bit values fits in a bigint, and each step masks back to 32 bits.
+    c_m constant bigint := 1540483477;  -- 0x5bd1e995
+    c_mask constant bigint := 4294967295;
+    v_len integer := octet_length(p_data);
+    v_h bigint := (2538058380 # v_len::bigint) & 4294967295;  -- seed ^ length
+    v_k bigint;
+    v_i integer;
+    v_tail integer := v_len & ~3;
+BEGIN
+    FOR v_i IN 0 .. v_len / 4 - 1 LOOP
+        v_k := get_byte(p_data, 4 * v_i)::bigint
+             | (get_byte(p_data, 4 * v_i + 1)::bigint << 8)
+             | (get_byte(p_data, 4 * v_i + 2)::bigint << 16)
+             | (get_byte(p_data, 4 * v_i + 3)::bigint << 24);
+        v_k := (v_k * c_m) & c_mask;
+        v_k := v_k # (v_k >> 24);
+        v_k := (v_k * c_m) & c_mask;
+        v_h := (v_h * c_m) & c_mask;
+        v_h := v_h # v_k;
+    END LOOP;
+    IF v_len % 4 = 3 THEN
+        v_h := v_h # (get_byte(p_data, v_tail + 2)::bigint << 16);
+    END IF;
+    IF v_len % 4 >= 2 THEN
+        v_h := v_h # (get_byte(p_data, v_tail + 1)::bigint << 8);
+    END IF;
+    IF v_len % 4 >= 1 THEN
+        v_h := v_h # get_byte(p_data, v_tail)::bigint;
+        v_h := (v_h * c_m) & c_mask;
+    END IF;
+    v_h := v_h # (v_h >> 13);
+    v_h := (v_h * c_m) & c_mask;
+    v_h := v_h # (v_h >> 15);
+    -- Kafka's toPositive: the low 31 bits.
+    RETURN (v_h & 2147483647)::integer;
+END
+$function$;
+
+COMMENT ON FUNCTION murmur2_v1(bytea) IS 'Internal: Kafka''s murmur2 of p_data, made positive (Utils.toPositive): a key''s partition is this modulo the partition count, as with Kafka''s Java client and the Producer.';
+
+REVOKE ALL ON FUNCTION murmur2_v1(bytea) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION outbox_flush_v1()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    b record;
+BEGIN
+    -- Deferred to the commit, once per staged row: the first appends every record the
+    -- transaction staged, the others find nothing left.
+    IF NOT EXISTS (SELECT 1 FROM outbox_records o WHERE o.xact_id = NEW.xact_id) THEN
+        RETURN NULL;
+    END IF;
+    -- Partitions in (topic_id, partition) order, the documented lock order; records in the
+    -- order they were sent, in batches of at most max_batch_records.
+    FOR b IN
+        SELECT t.name, c.partition, array_agg(c.key ORDER BY c.seq) AS keys, array_agg(c.value ORDER BY c.seq) AS vals,
+               CASE WHEN bool_or(c.headers IS NOT NULL) THEN array_agg(c.headers ORDER BY c.seq) END AS hdrs
+        FROM (SELECT o.*, (row_number() OVER (PARTITION BY o.topic_id, o.partition ORDER BY o.seq) - 1)
+                          / (SELECT s.max_batch_records FROM settings s) AS chunk
+              FROM outbox_records o WHERE o.xact_id = NEW.xact_id) c
+        JOIN topics t ON t.topic_id = c.topic_id
+        GROUP BY c.topic_id, t.name, c.partition, c.chunk
+        ORDER BY c.topic_id, c.partition, c.chunk
+    LOOP
+        PERFORM produce_v2(b.name, b.partition, NULL, NULL, NULL, b.keys, b.vals, b.hdrs);
+    END LOOP;
+    DELETE FROM outbox_records o WHERE o.xact_id = NEW.xact_id;
+    RETURN NULL;
+END
+$function$;
+
+COMMENT ON FUNCTION outbox_flush_v1() IS 'Internal (deferred constraint trigger on outbox_records): at the commit, appends the records the transaction staged with send_v1, partition by partition in lock order (produce_v2), and removes them from the stage.';
+
+REVOKE ALL ON FUNCTION outbox_flush_v1() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION send(topic text, value bytea, key bytea DEFAULT NULL::bytea, headers jsonb DEFAULT NULL::jsonb, partition integer DEFAULT NULL::integer)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+AS $function$
+BEGIN
+    RETURN send_v1(topic, value, key, headers, "partition");
+END
+$function$;
+
+COMMENT ON FUNCTION send(text, bytea, bytea, jsonb, integer) IS 'send_v1 under a stable name, for psql, triggers and JDBC: SELECT oncelog.send(''orders'', ''{"id": 1}''::bytea, key => ''42''::bytea).';
+
+REVOKE ALL ON FUNCTION send(text, bytea, bytea, jsonb, integer) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION send(text, bytea, bytea, jsonb, integer) TO @schema@_client, @schema@_admin;
+
+CREATE OR REPLACE FUNCTION send_v1(p_topic text, p_value bytea, p_key bytea DEFAULT NULL::bytea, p_headers jsonb DEFAULT NULL::jsonb, p_partition integer DEFAULT NULL::integer)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    t topics%ROWTYPE;
+    v_partitions integer;
+    v_partition integer;
+    v_size bigint;
+BEGIN
+    -- Access control (revision 0009, docs/acl.md), before anything is staged. The append at
+    -- commit (produce_v2) checks again, as the same principal.
+    IF (SELECT acl_settings.enforce FROM acl_settings) THEN
+        PERFORM acl_require_v1('topic', ARRAY[p_topic], 'write');
+    END IF;
+    SELECT * INTO t FROM topics x WHERE x.name = p_topic;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown topic %L', p_topic);
+    END IF;
+    SELECT count(*) INTO v_partitions FROM partitions pt WHERE pt.topic_id = t.topic_id;
+    IF p_partition IS NOT NULL THEN
+        IF p_partition < 0 OR p_partition >= v_partitions THEN
+            RAISE EXCEPTION USING ERRCODE = 'OL101',
+                MESSAGE = format('unknown partition %s of topic %L (it has %s)', p_partition, p_topic, v_partitions);
+        END IF;
+        v_partition := p_partition;
+    ELSIF p_key IS NOT NULL THEN
+        v_partition := murmur2_v1(p_key) % v_partitions;
+    ELSE
+        -- No key: one partition per topic and transaction, as Kafka's sticky partitioner keeps a
+        -- batch together.
+        v_partition := (hashtext(pg_current_xact_id()::text || ':' || t.topic_id) & 2147483647) % v_partitions;
+    END IF;
+    v_size := coalesce(octet_length(p_key), 0) + coalesce(octet_length(p_value), 0)
+              + coalesce(octet_length(p_headers::text), 0);
+    IF v_size > t.max_message_bytes THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL105',
+            MESSAGE = format('a record of %s bytes exceeds max_message_bytes %s of topic %L', v_size, t.max_message_bytes,
+                             p_topic);
+    END IF;
+    IF p_headers IS NOT NULL AND NOT headers_valid_v1(p_headers) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL107',
+            MESSAGE = 'headers must be a JSON array of {"key": text, "value": base64 text or null} objects';
+    END IF;
+    INSERT INTO outbox_records (topic_id, partition, key, value, headers)
+    VALUES (t.topic_id, v_partition, p_key, p_value, p_headers);
+    RETURN v_partition;
+END
+$function$;
+
+COMMENT ON FUNCTION send_v1(text, bytea, bytea, jsonb, integer) IS 'A record in the caller''s own transaction (the transactional outbox): checked now (OL101 unknown topic or partition, OL105 too large, OL107 bad headers, ACL write on the topic), appended at the caller''s commit, and never if it rolls back. Partition: p_partition, else murmur2 of the key (as Kafka''s client), else one per topic and transaction. Returns the partition.';
+
+REVOKE ALL ON FUNCTION send_v1(text, bytea, bytea, jsonb, integer) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION send_v1(text, bytea, bytea, jsonb, integer) TO @schema@_client, @schema@_admin;
+
+CREATE CONSTRAINT TRIGGER outbox_records_flush AFTER INSERT ON outbox_records DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION outbox_flush_v1();
+
+COMMENT ON TRIGGER outbox_records_flush ON outbox_records IS NULL;

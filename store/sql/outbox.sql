@@ -1,0 +1,155 @@
+-- Records in the caller's own database transaction (the transactional outbox). send_v1 checks a
+-- record at once and stages it in outbox_records; a deferred constraint trigger appends the
+-- transaction's staged records at its commit, through produce_v2, partition by partition in
+-- (topic_id, partition) order. So the partition's row lock is taken at commit, not at send: a
+-- slow application transaction never holds a partition up, offsets follow commit order, and a
+-- rolled-back transaction (or savepoint) leaves nothing, not even a used offset.
+
+CREATE OR REPLACE FUNCTION murmur2_v1(p_data bytea)
+ RETURNS integer
+ LANGUAGE plpgsql
+ IMMUTABLE STRICT PARALLEL SAFE
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    -- Kafka's Utils.murmur2 (seed 0x9747b28c), in 32-bit unsigned arithmetic held in bigints:
+    -- a product of two 32-bit values fits in a bigint, and each step masks back to 32 bits.
+    c_m constant bigint := 1540483477;  -- 0x5bd1e995
+    c_mask constant bigint := 4294967295;
+    v_len integer := octet_length(p_data);
+    v_h bigint := (2538058380 # v_len::bigint) & 4294967295;  -- seed ^ length
+    v_k bigint;
+    v_i integer;
+    v_tail integer := v_len & ~3;
+BEGIN
+    FOR v_i IN 0 .. v_len / 4 - 1 LOOP
+        v_k := get_byte(p_data, 4 * v_i)::bigint
+             | (get_byte(p_data, 4 * v_i + 1)::bigint << 8)
+             | (get_byte(p_data, 4 * v_i + 2)::bigint << 16)
+             | (get_byte(p_data, 4 * v_i + 3)::bigint << 24);
+        v_k := (v_k * c_m) & c_mask;
+        v_k := v_k # (v_k >> 24);
+        v_k := (v_k * c_m) & c_mask;
+        v_h := (v_h * c_m) & c_mask;
+        v_h := v_h # v_k;
+    END LOOP;
+    IF v_len % 4 = 3 THEN
+        v_h := v_h # (get_byte(p_data, v_tail + 2)::bigint << 16);
+    END IF;
+    IF v_len % 4 >= 2 THEN
+        v_h := v_h # (get_byte(p_data, v_tail + 1)::bigint << 8);
+    END IF;
+    IF v_len % 4 >= 1 THEN
+        v_h := v_h # get_byte(p_data, v_tail)::bigint;
+        v_h := (v_h * c_m) & c_mask;
+    END IF;
+    v_h := v_h # (v_h >> 13);
+    v_h := (v_h * c_m) & c_mask;
+    v_h := v_h # (v_h >> 15);
+    -- Kafka's toPositive: the low 31 bits.
+    RETURN (v_h & 2147483647)::integer;
+END
+$fn$;
+COMMENT ON FUNCTION murmur2_v1(p_data bytea) IS
+  'Internal: Kafka''s murmur2 of p_data, made positive (Utils.toPositive): a key''s partition is this modulo the partition count, as with Kafka''s Java client and the Producer.';
+
+CREATE OR REPLACE FUNCTION send_v1(p_topic text, p_value bytea, p_key bytea DEFAULT NULL, p_headers jsonb DEFAULT NULL, p_partition integer DEFAULT NULL)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    t topics%ROWTYPE;
+    v_partitions integer;
+    v_partition integer;
+    v_size bigint;
+BEGIN
+    -- Access control (revision 0009, docs/acl.md), before anything is staged. The append at
+    -- commit (produce_v2) checks again, as the same principal.
+    IF (SELECT acl_settings.enforce FROM acl_settings) THEN
+        PERFORM acl_require_v1('topic', ARRAY[p_topic], 'write');
+    END IF;
+    SELECT * INTO t FROM topics x WHERE x.name = p_topic;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown topic %L', p_topic);
+    END IF;
+    SELECT count(*) INTO v_partitions FROM partitions pt WHERE pt.topic_id = t.topic_id;
+    IF p_partition IS NOT NULL THEN
+        IF p_partition < 0 OR p_partition >= v_partitions THEN
+            RAISE EXCEPTION USING ERRCODE = 'OL101',
+                MESSAGE = format('unknown partition %s of topic %L (it has %s)', p_partition, p_topic, v_partitions);
+        END IF;
+        v_partition := p_partition;
+    ELSIF p_key IS NOT NULL THEN
+        v_partition := murmur2_v1(p_key) % v_partitions;
+    ELSE
+        -- No key: one partition per topic and transaction, as Kafka's sticky partitioner keeps a
+        -- batch together.
+        v_partition := (hashtext(pg_current_xact_id()::text || ':' || t.topic_id) & 2147483647) % v_partitions;
+    END IF;
+    v_size := coalesce(octet_length(p_key), 0) + coalesce(octet_length(p_value), 0)
+              + coalesce(octet_length(p_headers::text), 0);
+    IF v_size > t.max_message_bytes THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL105',
+            MESSAGE = format('a record of %s bytes exceeds max_message_bytes %s of topic %L', v_size, t.max_message_bytes,
+                             p_topic);
+    END IF;
+    IF p_headers IS NOT NULL AND NOT headers_valid_v1(p_headers) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL107',
+            MESSAGE = 'headers must be a JSON array of {"key": text, "value": base64 text or null} objects';
+    END IF;
+    INSERT INTO outbox_records (topic_id, partition, key, value, headers)
+    VALUES (t.topic_id, v_partition, p_key, p_value, p_headers);
+    RETURN v_partition;
+END
+$fn$;
+COMMENT ON FUNCTION send_v1(p_topic text, p_value bytea, p_key bytea, p_headers jsonb, p_partition integer) IS
+  'A record in the caller''s own transaction (the transactional outbox): checked now (OL101 unknown topic or partition, OL105 too large, OL107 bad headers, ACL write on the topic), appended at the caller''s commit, and never if it rolls back. Partition: p_partition, else murmur2 of the key (as Kafka''s client), else one per topic and transaction. Returns the partition.';
+
+CREATE OR REPLACE FUNCTION send(topic text, value bytea, key bytea DEFAULT NULL, headers jsonb DEFAULT NULL, "partition" integer DEFAULT NULL)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+AS $fn$
+BEGIN
+    RETURN send_v1(topic, value, key, headers, "partition");
+END
+$fn$;
+COMMENT ON FUNCTION send(topic text, value bytea, key bytea, headers jsonb, "partition" integer) IS
+  'send_v1 under a stable name, for psql, triggers and JDBC: SELECT oncelog.send(''orders'', ''{"id": 1}''::bytea, key => ''42''::bytea).';
+
+CREATE OR REPLACE FUNCTION outbox_flush_v1()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    b record;
+BEGIN
+    -- Deferred to the commit, once per staged row: the first appends every record the
+    -- transaction staged, the others find nothing left.
+    IF NOT EXISTS (SELECT 1 FROM outbox_records o WHERE o.xact_id = NEW.xact_id) THEN
+        RETURN NULL;
+    END IF;
+    -- Partitions in (topic_id, partition) order, the documented lock order; records in the
+    -- order they were sent, in batches of at most max_batch_records.
+    FOR b IN
+        SELECT t.name, c.partition, array_agg(c.key ORDER BY c.seq) AS keys, array_agg(c.value ORDER BY c.seq) AS vals,
+               CASE WHEN bool_or(c.headers IS NOT NULL) THEN array_agg(c.headers ORDER BY c.seq) END AS hdrs
+        FROM (SELECT o.*, (row_number() OVER (PARTITION BY o.topic_id, o.partition ORDER BY o.seq) - 1)
+                          / (SELECT s.max_batch_records FROM settings s) AS chunk
+              FROM outbox_records o WHERE o.xact_id = NEW.xact_id) c
+        JOIN topics t ON t.topic_id = c.topic_id
+        GROUP BY c.topic_id, t.name, c.partition, c.chunk
+        ORDER BY c.topic_id, c.partition, c.chunk
+    LOOP
+        PERFORM produce_v2(b.name, b.partition, NULL, NULL, NULL, b.keys, b.vals, b.hdrs);
+    END LOOP;
+    DELETE FROM outbox_records o WHERE o.xact_id = NEW.xact_id;
+    RETURN NULL;
+END
+$fn$;
+COMMENT ON FUNCTION outbox_flush_v1() IS
+  'Internal (deferred constraint trigger on outbox_records): at the commit, appends the records the transaction staged with send_v1, partition by partition in lock order (produce_v2), and removes them from the stage.';
