@@ -7,8 +7,9 @@ from datetime import datetime, timedelta
 
 from oncelog import errors, validate
 from oncelog.client import Client
-from oncelog.store import acl, log, ops, topics, txn
+from oncelog.store import acl, log, ops, outbox, topics, txn
 from oncelog.store.errors import mapped_errors
+from oncelog.store.outbox import Capture
 from oncelog.store.records import PartitionOffsets
 from oncelog.store.topics import TopicConfig, TopicDescription
 from oncelog.store.txn import TransactionStatus
@@ -150,6 +151,28 @@ class Admin(Client):
         with self._request() as conn:
             found = ops.offsets_for_times(conn, topic=topic, timestamp=timestamp)
         return {TopicPartition(topic, p): offset for p, offset in found.items()}
+
+    def capture_table(self, table: str, topic: str) -> None:
+        """Capture ``table`` (``schema.name``, or a name on the connection's search path): every
+        INSERT, UPDATE and DELETE of its rows becomes a record of ``topic`` in the same
+        transaction, keyed by the primary key as JSON, the row after the change as JSON for its
+        value (a tombstone for a DELETE), headers ``op`` and ``table``. TRUNCATE is then refused.
+        Needs the TRIGGER privilege on the table (its owner has it) and a primary key."""
+        validate.text("table", table, error=errors.InvalidRequestError)
+        _topic(topic)
+        with self._request() as conn:
+            outbox.capture_table(conn, table=table, topic=topic)
+
+    def remove_capture(self, table: str) -> bool:
+        """Stop capturing ``table``; False if it was not captured."""
+        validate.text("table", table, error=errors.InvalidRequestError)
+        with self._request() as conn:
+            return outbox.remove_capture(conn, table=table)
+
+    def list_captures(self) -> list[Capture]:
+        """The captured tables and their topics."""
+        with self._request() as conn:
+            return outbox.list_captures(conn)
 
     def describe_producers(self, topic: str, partition: int | None = None) -> list[ProducerState]:
         """The producers with sequence state on ``topic`` (Kafka's kafka-transactions.sh describe-producers)."""

@@ -1,7 +1,9 @@
-"""Records in the caller's own database transaction (the transactional outbox): ``send_v1``."""
+"""Records in the caller's own database transaction (the transactional outbox): ``send_v1``; and
+table capture, which turns a table's row changes into such records (``capture_table_v1``)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -35,3 +37,31 @@ def send(
             row = cur.fetchone()
     assert row is not None  # a SELECT of one function call answers one row
     return int(row[0])
+
+
+@dataclass(frozen=True, slots=True)
+class Capture:
+    """A captured table and the topic its row changes go to."""
+
+    table: str
+    topic: str
+
+
+def capture_table(conn: sa.Connection, *, table: str, topic: str) -> None:
+    """Capture ``table`` (a name, schema-qualified or on the search path) to ``topic``
+    (``capture_table_v1``): its row changes become records in the same transaction."""
+    with mapped_errors():
+        conn.exec_driver_sql("SELECT capture_table_v1(%(t)s::regclass, %(topic)s)", {"t": table, "topic": topic})
+
+
+def remove_capture(conn: sa.Connection, *, table: str) -> bool:
+    """Stop capturing ``table``; False if it was not captured."""
+    with mapped_errors():
+        return bool(conn.exec_driver_sql("SELECT uncapture_table_v1(%(t)s::regclass)", {"t": table}).scalar_one())
+
+
+def list_captures(conn: sa.Connection) -> list[Capture]:
+    """The captured tables and their topics."""
+    with mapped_errors():
+        rows = conn.exec_driver_sql("SELECT table_name, topic FROM capture_list_v1()").all()
+    return [Capture(r.table_name, r.topic) for r in rows]

@@ -14,6 +14,7 @@ import psycopg
 import sqlalchemy as sa
 
 from oncelog.cli.acls import acls
+from oncelog.cli.capture import capture
 from oncelog.cli.clients import consume, produce
 from oncelog.cli.context import CliContext
 from oncelog.cli.coordinator import coordinator
@@ -94,6 +95,7 @@ cli.add_command(consume)
 cli.add_command(txns)
 cli.add_command(groups)
 cli.add_command(acls)
+cli.add_command(capture)
 
 
 def _verify_command() -> click.Command:

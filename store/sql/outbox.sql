@@ -153,3 +153,164 @@ END
 $fn$;
 COMMENT ON FUNCTION outbox_flush_v1() IS
   'Internal (deferred constraint trigger on outbox_records): at the commit, appends the records the transaction staged with send_v1, partition by partition in lock order (produce_v2), and removes them from the stage.';
+
+-- Table capture: every row change of a captured table, as a record in the same transaction
+-- (through send_v1, so appended at its commit and gone with its rollback).
+
+CREATE OR REPLACE FUNCTION capture_row_v1()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_topic text := TG_ARGV[0];
+    v_table text := format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME);
+    v_pk text[];
+    v_old_key jsonb;
+    v_new_key jsonb;
+BEGIN
+    -- The primary key's columns, looked up at each change: a table whose key changed since the
+    -- capture was added is captured by its new key; one that lost its key is refused.
+    SELECT array_agg(a.attname::text ORDER BY k.n) INTO v_pk
+    FROM pg_index i
+    CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)
+    JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+    WHERE i.indrelid = TG_RELID AND i.indisprimary;
+    IF v_pk IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000',
+            MESSAGE = format('captured table %s has no primary key any more: add one, or remove its capture', v_table);
+    END IF;
+    IF TG_OP <> 'INSERT' THEN
+        SELECT jsonb_object_agg(c, to_jsonb(OLD) -> c) INTO v_old_key FROM unnest(v_pk) c;
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        SELECT jsonb_object_agg(c, to_jsonb(NEW) -> c) INTO v_new_key FROM unnest(v_pk) c;
+    END IF;
+    -- A deletion is a tombstone under the row's key; an update that changes the key is a
+    -- deletion of the old key and an insertion of the new one (as Debezium does).
+    IF TG_OP = 'DELETE' OR (TG_OP = 'UPDATE' AND v_old_key <> v_new_key) THEN
+        PERFORM send_v1(v_topic, NULL, convert_to(v_old_key::text, 'UTF8'), capture_headers_v1('delete', v_table));
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        PERFORM send_v1(v_topic, convert_to(to_jsonb(NEW)::text, 'UTF8'), convert_to(v_new_key::text, 'UTF8'),
+                        capture_headers_v1(CASE WHEN TG_OP = 'UPDATE' AND v_old_key = v_new_key THEN 'update'
+                                                ELSE 'insert' END, v_table));
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+COMMENT ON FUNCTION capture_row_v1() IS
+  'Trigger of a captured table (capture_table_v1; TG_ARGV[0] the topic): each row change as a record in the same transaction, key the primary key as JSON, value the row after the change as JSON (a tombstone for a deletion), headers op (insert, update, delete) and table.';
+
+CREATE OR REPLACE FUNCTION capture_headers_v1(p_op text, p_table text)
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path FROM CURRENT
+AS $fn$
+    SELECT jsonb_build_array(
+        jsonb_build_object('key', 'op', 'value', encode(convert_to(p_op, 'UTF8'), 'base64')),
+        jsonb_build_object('key', 'table', 'value', encode(convert_to(p_table, 'UTF8'), 'base64')))
+$fn$;
+COMMENT ON FUNCTION capture_headers_v1(p_op text, p_table text) IS
+  'Internal: the headers of a captured change (op, table), in produce_v2''s form.';
+
+CREATE OR REPLACE FUNCTION capture_truncate_v1()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+AS $fn$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'OL000',
+        MESSAGE = format('table %I.%I is captured to topic %L: TRUNCATE would change it unseen; delete its rows, or remove its capture first',
+                         TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[0]);
+END
+$fn$;
+COMMENT ON FUNCTION capture_truncate_v1() IS
+  'Trigger of a captured table: refuses TRUNCATE, which row triggers would not see.';
+
+CREATE OR REPLACE FUNCTION capture_trigger_name_v1()
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path FROM CURRENT
+AS $fn$
+    -- Per oncelog schema, so two installations in one database can capture the same table.
+    SELECT current_schema() || '_capture'
+$fn$;
+COMMENT ON FUNCTION capture_trigger_name_v1() IS
+  'Internal: the name of the capture triggers this schema installs (<schema>_capture, <schema>_capture_truncate).';
+
+CREATE OR REPLACE FUNCTION capture_table_v1(p_table regclass, p_topic text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_name text := capture_trigger_name_v1();
+    v_topic text;
+BEGIN
+    -- Not SECURITY DEFINER: creating the triggers needs the caller's own TRIGGER privilege on
+    -- the table (its owner has it).
+    IF p_table IS NULL OR NOT EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = p_table AND c.relkind IN ('r', 'p')) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000', MESSAGE = format('%s is not a table', p_table);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM topics t WHERE t.name = p_topic) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown topic %L', p_topic);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = p_table AND i.indisprimary) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000',
+            MESSAGE = format('table %s has no primary key: a captured row''s key is its primary key', p_table);
+    END IF;
+    SELECT c.topic INTO v_topic FROM capture_list_v1() c WHERE c.table_oid = p_table;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000',
+            MESSAGE = format('table %s is captured to topic %L already: remove that capture first', p_table, v_topic);
+    END IF;
+    EXECUTE format('CREATE TRIGGER %I AFTER INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW EXECUTE FUNCTION %I.capture_row_v1(%L)',
+                   v_name, p_table, current_schema(), p_topic);
+    EXECUTE format('CREATE TRIGGER %I BEFORE TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION %I.capture_truncate_v1(%L)',
+                   v_name || '_truncate', p_table, current_schema(), p_topic);
+END
+$fn$;
+COMMENT ON FUNCTION capture_table_v1(p_table regclass, p_topic text) IS
+  'Capture a table: every INSERT, UPDATE and DELETE of its rows becomes a record of p_topic in the same transaction (capture_row_v1); TRUNCATE is refused. The caller needs the TRIGGER privilege on the table (its owner has it); the table needs a primary key (the records'' key).';
+
+CREATE OR REPLACE FUNCTION uncapture_table_v1(p_table regclass)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_name text := capture_trigger_name_v1();
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM capture_list_v1() c WHERE c.table_oid = p_table) THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('DROP TRIGGER %I ON %s', v_name, p_table);
+    EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', v_name || '_truncate', p_table);
+    RETURN true;
+END
+$fn$;
+COMMENT ON FUNCTION uncapture_table_v1(p_table regclass) IS
+  'Stop capturing a table (drops its capture triggers); false if it was not captured.';
+
+CREATE OR REPLACE FUNCTION capture_list_v1()
+ RETURNS TABLE(table_oid oid, table_name text, topic text)
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path FROM CURRENT
+AS $fn$
+BEGIN
+    -- The capture triggers themselves are the record of what is captured: nothing to keep in
+    -- step when a table is renamed or dropped.
+    RETURN QUERY
+    SELECT tg.tgrelid, tg.tgrelid::regclass::text, split_part(encode(tg.tgargs, 'escape'), '\000', 1)
+    FROM pg_trigger tg
+    WHERE tg.tgname = capture_trigger_name_v1() AND tg.tgfoid = 'capture_row_v1'::regproc
+    ORDER BY 2;
+END
+$fn$;
+COMMENT ON FUNCTION capture_list_v1() IS
+  'The captured tables of this schema and their topics.';

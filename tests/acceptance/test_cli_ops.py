@@ -676,3 +676,23 @@ def test_only_the_admin_role_resets_offsets(logins: dict[str, str], engine: sa.E
         [done] = admin.reset_group_offsets("g", {TopicPartition("t", 0): 0}, dry_run=False)
     assert done.new_offset == 0
     assert committed_offsets(engine, "g") == {("t", 0): 0}
+
+
+def test_capture_add_list_remove(db_url: str, admin: Admin, engine: sa.Engine) -> None:
+    admin.create_topic("changes", partitions=1)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE public.cli_items (id integer PRIMARY KEY, v text)")
+        conn.exec_driver_sql("CREATE TABLE public.cli_loose (v text)")
+    assert js(db_url, "capture", "add", "public.cli_items", "--topic", "changes") == {
+        "table": "public.cli_items",
+        "topic": "changes",
+    }
+    assert js(db_url, "capture", "list") == [{"table": "public.cli_items", "topic": "changes"}]
+    fails(db_url, "capture", "add", "public.cli_loose", "--topic", "changes", match="no primary key")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("INSERT INTO public.cli_items VALUES (1, 'x')")
+    assert [
+        r[0] for r in rows(engine, "SELECT key FROM records r JOIN topics t USING (topic_id) WHERE t.name = 'changes'")
+    ] == [b'{"id": 1}']
+    assert "stopped capturing public.cli_items" in ok(db_url, "capture", "remove", "public.cli_items")
+    assert js(db_url, "capture", "list") == []

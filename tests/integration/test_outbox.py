@@ -4,6 +4,8 @@ after a rollback; the partitions' locks are taken at the commit, not at send."""
 
 from __future__ import annotations
 
+import base64
+import json
 import random
 import threading
 from collections.abc import Callable, Iterator
@@ -18,6 +20,7 @@ from sqlalchemy import orm
 import oncelog
 from oncelog import Admin, Consumer, Producer, TopicPartition, errors
 from oncelog.partitioner import partition_for_key
+from oncelog.store.errors import mapped_errors
 from tests.support import REPO
 from tests.support.roles import client_principal
 
@@ -220,3 +223,91 @@ def test_the_guide_example_runs(db_url: str, engine: sa.Engine, monkeypatch: pyt
         ).all()
         assert conn.exec_driver_sql("SELECT total FROM public.shop_orders WHERE id = 7").scalar_one() == 12.5
     assert [(bytes(k), bytes(v)) for k, v in rows] == [(b"7", b'{"order":7,"total":12.5}')]
+
+
+# --- table capture ------------------------------------------------------------------------------
+
+
+def captured(engine: sa.Engine) -> list[tuple[dict[str, object], dict[str, object] | None, str]]:
+    """(key, value, op header) of every record of the topic, in offset order per partition."""
+    with engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            "SELECT r.key, r.value, r.headers FROM oncelog.records r JOIN oncelog.topics t USING (topic_id) "
+            "WHERE t.name = %(t)s ORDER BY r.partition, r.offset",
+            {"t": TOPIC},
+        ).all()
+    out = []
+    for r in rows:
+        headers = {h["key"]: base64.b64decode(h["value"]).decode() for h in r.headers}
+        assert headers["table"] == "public.items"
+        value = None if r.value is None else json.loads(bytes(r.value))
+        out.append((json.loads(bytes(r.key)), value, headers["op"]))
+    return out
+
+
+@pytest.fixture
+def items(app: sa.Engine, db_url: str) -> sa.Engine:
+    with app.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE public.items (id integer PRIMARY KEY, name text)")
+    with Admin(db_url) as admin:
+        admin.capture_table("public.items", TOPIC)
+        assert [(c.table, c.topic) for c in admin.list_captures()] == [("public.items", TOPIC)]
+    return app
+
+
+def test_captured_changes_become_records_in_the_same_transaction(items: sa.Engine, db_url: str) -> None:
+    with items.connect() as conn:
+        conn.exec_driver_sql("INSERT INTO public.items VALUES (1, 'one'), (2, 'two')")
+        conn.exec_driver_sql("UPDATE public.items SET name = 'uno' WHERE id = 1")
+        conn.exec_driver_sql("DELETE FROM public.items WHERE id = 2")
+        conn.exec_driver_sql("UPDATE public.items SET id = 3 WHERE id = 1")  # a new key
+        assert captured(items) == []  # nothing before the commit
+        conn.commit()
+        conn.exec_driver_sql("INSERT INTO public.items VALUES (9, 'rolled back')")
+        conn.rollback()
+    found = captured(items)
+    by_key: dict[int, list[tuple[object, str]]] = {}
+    for key, value, op in found:
+        by_key.setdefault(int(key["id"]), []).append((value, op))  # type: ignore[call-overload]
+    assert by_key == {
+        1: [({"id": 1, "name": "one"}, "insert"), ({"id": 1, "name": "uno"}, "update"), (None, "delete")],
+        2: [({"id": 2, "name": "two"}, "insert"), (None, "delete")],
+        3: [({"id": 3, "name": "uno"}, "insert")],
+    }
+    # A column added later is in the next records; TRUNCATE is refused while captured.
+    with items.begin() as conn:
+        conn.exec_driver_sql("ALTER TABLE public.items ADD COLUMN price numeric")
+        conn.exec_driver_sql("INSERT INTO public.items VALUES (4, 'four', 1.5)")
+    assert ({"id": 4}, {"id": 4, "name": "four", "price": 1.5}, "insert") in captured(items)
+    with pytest.raises(sa.exc.DBAPIError, match="captured to topic"), items.begin() as conn:
+        conn.exec_driver_sql("TRUNCATE public.items")
+    with Admin(db_url) as admin:
+        assert admin.remove_capture("public.items") is True
+        assert admin.remove_capture("public.items") is False
+        assert admin.list_captures() == []
+    with items.begin() as conn:
+        conn.exec_driver_sql("INSERT INTO public.items VALUES (5, 'not captured')")
+        conn.exec_driver_sql("TRUNCATE public.items")
+    assert not any(key == {"id": 5} for key, _, _ in captured(items))
+
+
+def test_capture_refuses_what_it_cannot_key(app: sa.Engine, db_url: str) -> None:
+    with app.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE public.loose (v text)")
+        conn.exec_driver_sql("CREATE TABLE public.keyed (id integer PRIMARY KEY)")
+    with Admin(db_url) as admin:
+        with pytest.raises(errors.InvalidRequestError, match="no primary key"):
+            admin.capture_table("public.loose", TOPIC)
+        with pytest.raises(errors.UnknownTopicOrPartitionError):
+            admin.capture_table("public.keyed", "no-such-topic")
+        admin.capture_table("public.keyed", TOPIC)
+        with pytest.raises(errors.InvalidRequestError, match="already"):
+            admin.capture_table("public.keyed", TOPIC)
+    with app.begin() as conn:  # the key goes away: the next change is refused, clearly
+        conn.exec_driver_sql("ALTER TABLE public.keyed DROP CONSTRAINT keyed_pkey")
+    with (
+        pytest.raises(errors.InvalidRequestError, match="no primary key any more"),
+        app.begin() as conn,
+        mapped_errors(),
+    ):
+        conn.exec_driver_sql("INSERT INTO public.keyed VALUES (1)")
