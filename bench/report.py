@@ -3,7 +3,7 @@ plots, the machine and the run, and a headline table held against the issue's ta
 
     .venv/bin/python -m bench.report --results bench/results --out docs/bench [--update-readme [README]]
 
-Reads ``<results>/{produce,transactions,pipeline,spark,groups}.json`` (what ``bench/run`` writes) and writes
+Reads ``<results>/{produce,transactions,pipeline,spark,groups,outbox}.json`` (what ``bench/run`` writes) and writes
 ``<out>/report.md`` with its PNG plots beside it (matplotlib, Agg, no display needed). A benchmark without
 results is reported as such, never fatal: ``bench/run`` leaves ``<name>.failed`` (its exit status and the
 end of its stderr) or ``<name>.skipped`` in place of the JSON. With ``--update-readme`` the README's block
@@ -39,6 +39,7 @@ BENCHMARKS: dict[str, str] = {
     "pipeline": "consume-transform-produce, wake-up, NOTIFY (bench/pipeline.py)",
     "spark": "Spark reads and the exactly-once Spark pipeline (bench/spark.py)",
     "groups": "consumer groups through a rebalance (bench/groups.py)",
+    "outbox": "records in the application's own transaction (bench/outbox.py)",
 }
 START_MARKER = "<!-- bench:headline:start -->"
 END_MARKER = "<!-- bench:headline:end -->"
@@ -706,12 +707,48 @@ def groups_section(res: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def outbox_headlines(res: dict[str, Any]) -> list[Headline]:
+    """oncelog.send in an application transaction against the same transaction without it."""
+    rows = []
+    for c in res["cases"]:
+        rows.append(
+            Headline(
+                f"outbox (a business row + oncelog.send), {c['threads']} thread(s), against the business row alone",
+                f"{compact(c['send_per_s'])} txn/s",
+                f"{compact(c['business_only_per_s'])} txn/s",
+                f"{c['ratio_to_business_only']:.2f}",
+                name=f"the outbox with {c['threads']} thread(s)",
+            )
+        )
+    return rows
+
+
+def outbox_section(res: dict[str, Any]) -> list[str]:
+    s = res["settings"]
+    lines = [
+        "Application transactions committed per second, each one business row (an INSERT) and: a record sent "
+        f"with oncelog.send ({s['value_bytes']}-byte value, a key, {s['partitions']} partitions; appended at the "
+        "commit); nothing else (baseline); or the same key and value INSERTed into a plain outbox table "
+        f"(baseline). {s['seconds']:g} s per case, paired and repeated {s['repeat']} time(s), medians:",
+        "",
+        "| threads | oncelog.send txn/s | business row only txn/s | ratio | raw outbox table txn/s | ratio |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in res["cases"]:
+        lines.append(
+            f"| {c['threads']} | {c['send_per_s']:,.0f} | {c['business_only_per_s']:,.0f} "
+            f"| {c['ratio_to_business_only']:.2f} | {c['raw_outbox_per_s']:,.0f} | {c['ratio_to_raw_outbox']:.2f} |"
+        )
+    return [*lines, ""]
+
+
 HEADLINES: dict[str, Callable[[dict[str, Any]], list[Headline]]] = {
     "produce": produce_headlines,
     "transactions": transactions_headlines,
     "pipeline": pipeline_headlines,
     "spark": spark_headlines,
     "groups": groups_headlines,
+    "outbox": outbox_headlines,
 }
 #: What each benchmark's headline rows stand for, for the one row a benchmark without results gets.
 HEADLINE_PLACEHOLDERS = {
@@ -725,6 +762,7 @@ HEADLINE_PLACEHOLDERS = {
     "spark": f"Spark: committed view vs raw JDBC (target >= {SPARK_TARGET:g}), Spark pipeline, Spark write-back "
     f"vs raw JDBC (>= {WRITE_BACK_TARGET:g})",
     "groups": "a consumer group through a rebalance: records/s against before, join to stable",
+    "outbox": "outbox writes (a business row + oncelog.send) against the business row alone",
 }
 
 
@@ -1660,7 +1698,7 @@ def render(outcomes: dict[str, Outcome], drawn: dict[str, str], plot_notes: Sequ
         lines += [f"_{note}_", ""]
     lines += ["## Headline", "", *headline_table(rows), "", headline_summary(rows), ""]
 
-    produce, txn, pipe, spark, groups = (outcomes[n] for n in BENCHMARKS)
+    produce, txn, pipe, spark, groups, outbox = (outcomes[n] for n in BENCHMARKS)
     sections: list[tuple[str, list[tuple[Outcome, str, Callable[[dict[str, Any]], list[str]]]], str, str]] = [
         (
             "Throughput against batch size",
@@ -1704,6 +1742,7 @@ def render(outcomes: dict[str, Outcome], drawn: dict[str, str], plot_notes: Sequ
             "pipeline rates, the Spark write-back and the cost of NOTIFY",
         ),
         ("Consumer groups through a rebalance", [(groups, "the rebalance", groups_section)], "", ""),
+        ("Records in the application's own transaction", [(outbox, "the outbox", outbox_section)], "", ""),
     ]
     for title, parts, image, alt in sections:
         lines += [f"## {title}", "", *_image(drawn, image, alt)]

@@ -420,6 +420,27 @@ def groups_result() -> dict[str, Any]:
     }
 
 
+def outbox_result() -> dict[str, Any]:
+    """The shape bench/outbox.py writes."""
+
+    def case(threads: int) -> dict[str, Any]:
+        return {
+            "threads": threads,
+            "runs": [],
+            "send_per_s": 800.0 * threads,
+            "business_only_per_s": 1000.0 * threads,
+            "raw_outbox_per_s": 950.0 * threads,
+            "ratio_to_business_only": 0.8,
+            "ratio_to_raw_outbox": 0.842,
+        }
+
+    return {
+        **_common("outbox", "2026-11-21T12:30:00+00:00"),
+        "settings": {"partitions": 4, "seconds": 3.0, "value_bytes": 100, "repeat": 3},
+        "cases": [case(1), case(8)],
+    }
+
+
 def full_results() -> dict[str, dict[str, Any]]:
     return {
         "produce": produce_result(),
@@ -427,6 +448,7 @@ def full_results() -> dict[str, dict[str, Any]]:
         "pipeline": pipeline_result(),
         "spark": spark_result(),
         "groups": groups_result(),
+        "outbox": outbox_result(),
     }
 
 
@@ -902,7 +924,7 @@ def test_failed_skipped_and_missing_benchmarks_are_reported_not_fatal(tmp_path: 
     outcomes, path = report.build(results, out)
     md = path.read_text()
 
-    assert [o.status for o in outcomes.values()] == ["ok", "failed", "missing", "skipped", "missing"]
+    assert [o.status for o in outcomes.values()] == ["ok", "failed", "missing", "skipped", "missing", "missing"]
     assert "the transactions benchmark failed (exit 1: RuntimeError: the log holds 3 / 4 records)" in md
     assert "the pipeline benchmark has no results (no pipeline.json in " in md
     assert "the spark benchmark was skipped (skipped with --skip spark)" in md
@@ -912,7 +934,7 @@ def test_failed_skipped_and_missing_benchmarks_are_reported_not_fatal(tmp_path: 
     # The produce figures are all there; the others' headline rows say why they are not.
     assert "| 0.60, 0.55, 0.75, 0.80 | >= 0.8 (lowest): **not met** |" in md
     rows = report.headlines(outcomes)
-    assert [r.status for r in rows if r.missing] == ["not measured"] * 4
+    assert [r.status for r in rows if r.missing] == ["not measured"] * 5
     assert "Not measured: transactions of 1000 records" in md
     # Only the plots the results allow; the stale one is gone.
     assert sorted(p.name for p in out.glob("*.png")) == ["latency.png", "produce_throughput.png"]
@@ -967,7 +989,7 @@ def test_results_from_different_runs_are_flagged(tmp_path: Path) -> None:
     md = path.read_text()
     assert (
         "The results differ in commit (produce: abc1234; transactions: abc1234; pipeline: abc1234; spark: fff0000; "
-        "groups: abc1234)" in md
+        "groups: abc1234; outbox: abc1234)" in md
     )
 
 
@@ -1087,3 +1109,10 @@ def test_the_groups_benchmark_is_a_section_and_headline_rows(full_report: tuple[
     assert "## Consumer groups through a rebalance" in md
     assert "| 8 | 180 | 4,000 | 3,000 | 0.75 | 210 | 200 | 8 | 40.0 / 90.0 |" in md
     assert "consumer group of 8 + 1 joining: records/s from the join until stable, against before" in md
+
+
+def test_the_outbox_benchmark_is_a_section_and_headline_rows(full_report: tuple[Path, str]) -> None:
+    _, md = full_report
+    assert "## Records in the application's own transaction" in md
+    assert "| 8 | 6,400 | 8,000 | 0.80 | 7,600 | 0.84 |" in md
+    assert "outbox (a business row + oncelog.send), 8 thread(s), against the business row alone" in md
