@@ -49,6 +49,7 @@ from typing import IO, Any
 
 import psycopg
 
+from bench.pipeline import CHILD_URL_ENV, finish, spawn
 from bench.produce import (
     Bench,
     bench_parser,
@@ -76,8 +77,6 @@ FULL = {"rate": 4000, "warmup_s": 1.5, "steady_s": 5.0, "after_s": 1.0}
 QUICK = {"rate": 400, "warmup_s": 1.5, "steady_s": 2.5, "after_s": 0.3}
 #: How long the group may take to be stable again before the run is reported as stalled.
 STABLE_TIMEOUT_S = 60.0
-#: How a child process gets its database URL: in its environment, never on its command line.
-CHILD_URL_ENV = "ONCELOG_DATABASE_URL"
 
 
 # --- child processes ----------------------------------------------------------------------------
@@ -127,36 +126,6 @@ def producer_main(url: str, topic: str, rate: float) -> int:
     return 0
 
 
-def spawn(args: list[str], *, url: str) -> tuple[subprocess.Popen[str], IO[str]]:
-    """``python -m bench.groups <args>`` with ``url`` in its environment; stderr to a temporary file."""
-    err = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed by stop())
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.groups", *args],
-        env={**os.environ, CHILD_URL_ENV: url},
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=err,
-        text=True,
-    )
-    return proc, err
-
-
-def stop(proc: subprocess.Popen[str], err: IO[str], *, timeout: float = 20.0) -> None:
-    """SIGTERM the child and wait; raise with its stderr if it failed."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    err.seek(0)
-    text = err.read()
-    err.close()
-    if proc.returncode not in (0, -signal.SIGKILL):
-        raise RuntimeError(f"child {proc.args!r} exited with {proc.returncode}:\n{text[-3000:]}")
-
-
 # --- one run ------------------------------------------------------------------------------------
 
 
@@ -166,7 +135,6 @@ class Run:
 
     bench: Bench
     members: int
-    settings: dict[str, float]
     tmp: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="oncelog-bench-groups-")))
     procs: list[tuple[subprocess.Popen[str], IO[str]]] = field(default_factory=list)
 
@@ -175,16 +143,19 @@ class Run:
         self.topic, _ = self.bench.new_topic(PARTITIONS)
         self.group = f"bench-groups-{uuid.uuid4().hex[:8]}"
 
+    def spawn(self, args: list[str]) -> None:
+        self.procs.append(spawn(args, url=self.bench.sa_url, module="bench.groups"))
+
     def member(self, index: int) -> Path:
         path = self.tmp / f"member-{index}.log"
-        self.procs.append(spawn(["_member", self.topic, self.group, str(path)], url=self.bench.sa_url))
+        self.spawn(["_member", self.topic, self.group, str(path)])
         return path
 
     def close(self) -> None:
         first: BaseException | None = None
         for proc, err in self.procs:
             try:
-                stop(proc, err)
+                finish(proc, err)
             except RuntimeError as exc:
                 first = first or exc
         if first is not None:
@@ -226,12 +197,12 @@ def longest_gap(times: list[float], start: float, end: float) -> float:
 
 
 def one_run(bench: Bench, members: int, settings: dict[str, float]) -> dict[str, Any]:
-    run = Run(bench, members, settings)
+    run = Run(bench, members)
     try:
         logs = [run.member(i) for i in range(members)]
         with psycopg.connect(bench.conninfo, autocommit=True) as conn:
             wait_stable(conn, run.group, members)
-            run.procs.append(spawn(["_producer", run.topic, str(settings["rate"])], url=bench.sa_url))
+            run.spawn(["_producer", run.topic, str(settings["rate"])])
             steady_start = time.time() + settings["warmup_s"]
             time.sleep(settings["steady_s"])
             before = group_state(conn, run.group)

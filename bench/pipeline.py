@@ -178,12 +178,12 @@ def waiter_main(
 CHILD_URL_ENV = "ONCELOG_DATABASE_URL"
 
 
-def spawn(args: list[str], *, url: str) -> tuple[subprocess.Popen[str], IO[str]]:
-    """Start ``python -m bench.pipeline <args>`` with ``url`` in its environment; stderr goes to a
+def spawn(args: list[str], *, url: str, module: str = "bench.pipeline") -> tuple[subprocess.Popen[str], IO[str]]:
+    """Start ``python -m <module> <args>`` with ``url`` in its environment; stderr goes to a
     temporary file (read on failure)."""
     err = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed by finish())
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.pipeline", *args],
+        [sys.executable, "-m", module, *args],
         env={**os.environ, CHILD_URL_ENV: url},
         cwd=ROOT,
         stdout=subprocess.PIPE,

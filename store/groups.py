@@ -13,7 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from oncelog.store import txn
+from oncelog.store import log, txn
 from oncelog.store.errors import mapped_errors
 
 
@@ -126,15 +126,7 @@ def await_change(conn: sa.Connection, channel: str, digest: str, timeout: float)
     """Wait up to ``timeout`` seconds on ``conn`` (see :func:`listen_for_changes`) for a change of
     the group whose :func:`change_digest` is ``digest``; True if one came. Announcements of
     other groups are passed over."""
-    pg = conn.connection.dbapi_connection
-    deadline = time.monotonic() + max(timeout, 0.0)
-    with mapped_errors():
-        while True:
-            for note in pg.notifies(timeout=max(deadline - time.monotonic(), 0.0)):  # type: ignore[union-attr]
-                if note.channel == channel and note.payload == digest:
-                    return True
-            if time.monotonic() >= deadline:
-                return False
+    return log.await_notification(conn, channel, digest.__eq__, timeout)
 
 
 def leave_group(conn: sa.Connection, *, group_id: str, member_id: str) -> None:

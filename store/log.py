@@ -8,7 +8,7 @@ round trip and one transaction.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -542,13 +542,21 @@ def await_wakeup(conn: sa.Connection, registration: WaitRegistration, timeout: f
     Wake-ups that arrived while ``conn`` ran other statements are queued by the driver and count."""
     if not registration.channel:
         return False
+    return await_notification(
+        conn, registration.channel, lambda payload: not registration.tokens.isdisjoint(payload.split(",")), timeout
+    )
+
+
+def await_notification(conn: sa.Connection, channel: str, wanted: Callable[[str], bool], timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds on ``conn`` (which LISTENs on ``channel``) for a NOTIFY on
+    it whose payload is ``wanted``; others are passed over. Notifications that arrived while
+    ``conn`` ran other statements are queued by the driver and count."""
     pg = conn.connection.dbapi_connection
     deadline = time.monotonic() + max(timeout, 0.0)
     with mapped_errors():
         while True:
-            remaining = deadline - time.monotonic()
-            for note in pg.notifies(timeout=max(remaining, 0.0)):  # type: ignore[union-attr]
-                if note.channel == registration.channel and not registration.tokens.isdisjoint(note.payload.split(",")):
+            for note in pg.notifies(timeout=max(deadline - time.monotonic(), 0.0)):  # type: ignore[union-attr]
+                if note.channel == channel and wanted(note.payload):
                     return True
             if time.monotonic() >= deadline:
                 return False

@@ -24,7 +24,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -224,11 +223,6 @@ def converge(group: Group) -> None:
         time.sleep(0.1)
 
 
-@pytest.fixture
-def tmp_dirs(tmp_path: Path) -> Iterator[Path]:
-    yield tmp_path
-
-
 #: Schedules per run (see the module's docstring).
 EXAMPLES = int(os.environ.get("ONCELOG_OWNERSHIP_EXAMPLES", "3"))
 
@@ -236,10 +230,10 @@ EXAMPLES = int(os.environ.get("ONCELOG_OWNERSHIP_EXAMPLES", "3"))
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS, assignor=st.sampled_from(["range", "roundrobin", "sticky"]))
 def test_no_partition_has_two_live_owners(
-    url: str, engine: sa.Engine, tmp_dirs: Path, ops: list[Any], assignor: str
+    url: str, engine: sa.Engine, tmp_path: Path, ops: list[Any], assignor: str
 ) -> None:
     name = f"own-{uuid.uuid4().hex[:8]}"
-    tmp = tmp_dirs / name
+    tmp = tmp_path / name
     tmp.mkdir()
     group = Group(url, tmp, name, assignor)
 

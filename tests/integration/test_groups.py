@@ -983,3 +983,16 @@ def test_a_pattern_subscription_picks_up_topics_created_later(db_url: str, topic
             plain.subscribe(["a"], pattern="a")
         with pytest.raises(errors.ConfigurationError, match="regular expression"):
             plain.subscribe(pattern="(")
+
+
+def test_a_topic_named_twice_counts_once(conn: sa.Connection) -> None:
+    """A hostile or careless subscription naming a topic twice does not get a double share."""
+    m1 = conn.exec_driver_sql(
+        "SELECT member_id FROM join_group_v2('twice', NULL, NULL, 'm1', ARRAY['a', 'a'], 60000, 'range', '{}', '{}')"
+    ).scalar_one()
+    m2 = join(conn, "twice", ("a",), client="m2")
+    both = {m1: Membership(m1, m2.generation, frozenset()), m2.member_id: m2}
+    settle(conn, "twice", both, {})
+    assert sorted(len(m.assignment) for m in both.values()) == [2, 2]
+    subscription = conn.exec_driver_sql("SELECT subscription FROM group_members WHERE member_id = %(m)s", {"m": m1})
+    assert subscription.scalar_one() == ["a"]

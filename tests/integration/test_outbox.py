@@ -21,7 +21,7 @@ import oncelog
 from oncelog import Admin, Consumer, Producer, TopicPartition, errors
 from oncelog.partitioner import partition_for_key
 from oncelog.store.errors import mapped_errors
-from tests.support import REPO
+from tests.support.docs import as_program, python_example
 from tests.support.roles import client_principal
 
 TOPIC = "events"
@@ -207,15 +207,9 @@ def test_sending_needs_the_write_acl(app: sa.Engine, limited: str) -> None:
 
 def test_the_guide_example_runs(db_url: str, engine: sa.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/guide-producer.md's outbox example, as written."""
-    text = (REPO / "docs" / "guide-producer.md").read_text(encoding="utf-8")
-    section = text[text.index("## In your own transaction") :]
-    code = section[
-        section.index("```python\n") + len("```python\n") : section.index("```\n", section.index("```python"))
-    ]
+    code = python_example("docs/guide-producer.md", "## In your own transaction")
     monkeypatch.setenv("ONCELOG_DATABASE_URL", db_url)
-    # A program of its own: without this module's `from __future__ import annotations`.
-    program = compile(code, "guide-producer.md (outbox)", "exec", dont_inherit=True)
-    exec(program, {"__name__": "guide_outbox_example"})
+    exec(as_program(code, "guide-producer.md (outbox)"), {"__name__": "guide_outbox_example"})
     with engine.connect() as conn:
         rows = conn.exec_driver_sql(
             "SELECT r.key, r.value FROM oncelog.records r JOIN oncelog.topics t USING (topic_id) "

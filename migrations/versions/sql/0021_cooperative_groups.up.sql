@@ -366,6 +366,7 @@ DECLARE
     v_member text;
     v_changed boolean := false;
     v_bad text;
+    v_topics text[];
 BEGIN
     -- Access control (revision 0009, docs/acl.md), before any lock or write. While enforcement
     -- is off this one lookup is all it costs.
@@ -394,6 +395,8 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'OL103',
             MESSAGE = format('invalid topic name %L: use letters, digits, ''.'', ''_'', ''-'' (1 to 249 characters)', v_bad);
     END IF;
+    -- Each topic once, in order: the assignors count a member once per topic it names.
+    v_topics := ARRAY(SELECT DISTINCT n FROM unnest(p_topics) n ORDER BY 1);
     PERFORM group_owned_args_v1(p_owned_topics, p_owned_partitions);
     g := group_lock_v1(p_group_id, true);
     IF g.assignor <> p_assignor AND EXISTS (SELECT 1 FROM group_members x WHERE x.group_id = p_group_id) THEN
@@ -414,8 +417,8 @@ BEGIN
                 MESSAGE = format('%L is not a member of group %L: join without a member id', p_member_id, p_group_id);
         END IF;
         v_member := p_member_id;
-        IF m.subscription IS DISTINCT FROM p_topics OR m.session_timeout_ms <> p_session_timeout_ms THEN
-            UPDATE group_members x SET subscription = p_topics, session_timeout_ms = p_session_timeout_ms
+        IF m.subscription IS DISTINCT FROM v_topics OR m.session_timeout_ms <> p_session_timeout_ms THEN
+            UPDATE group_members x SET subscription = v_topics, session_timeout_ms = p_session_timeout_ms
             WHERE x.group_id = p_group_id AND x.member_id = v_member;
             v_changed := true;
         END IF;
@@ -432,8 +435,8 @@ BEGIN
         END IF;
         UPDATE group_members x SET member_id = v_member, client_id = p_client_id, last_heartbeat_at = clock_timestamp()
         WHERE x.group_id = p_group_id AND x.member_id = m.member_id;
-        IF m.subscription IS DISTINCT FROM p_topics OR m.session_timeout_ms <> p_session_timeout_ms THEN
-            UPDATE group_members x SET subscription = p_topics, session_timeout_ms = p_session_timeout_ms
+        IF m.subscription IS DISTINCT FROM v_topics OR m.session_timeout_ms <> p_session_timeout_ms THEN
+            UPDATE group_members x SET subscription = v_topics, session_timeout_ms = p_session_timeout_ms
             WHERE x.group_id = p_group_id AND x.member_id = v_member;
             v_changed := true;
         END IF;
@@ -441,7 +444,7 @@ BEGIN
         v_member := coalesce(p_client_id, 'member') || '-' || gen_random_uuid();
         INSERT INTO group_members (group_id, member_id, group_instance_id, client_id, subscription,
                                    session_timeout_ms, joined_generation, last_heartbeat_at, owner)
-        VALUES (p_group_id, v_member, p_group_instance_id, p_client_id, p_topics, p_session_timeout_ms,
+        VALUES (p_group_id, v_member, p_group_instance_id, p_client_id, v_topics, p_session_timeout_ms,
                 g.generation + 1, clock_timestamp(), acl_caller_v1());
         v_changed := true;
     END IF;
