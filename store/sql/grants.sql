@@ -12,6 +12,7 @@ REVOKE ALL ON FUNCTION acl_require_v1(text, text[], text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION acl_validate_v1(text, text, text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION add_partitions_to_txn_v1(text, bigint, smallint, bigint, text[], integer[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION add_partitions_to_txn_v1(text, bigint, smallint, bigint, text[], integer[]) TO oncelog_client, oncelog_admin;
+REVOKE ALL ON FUNCTION append_batches_v1(bigint, smallint, text, bigint, text[], integer[], integer[], integer[], bytea[], bytea[], jsonb[], timestamp with time zone[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION alter_topic_config_v1(text, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION alter_topic_config_v1(text, jsonb) TO oncelog_admin;
 REVOKE ALL ON FUNCTION consistent_limits_v1(integer[], integer[], bigint[], bigint[], bigint[]) FROM PUBLIC;
@@ -93,6 +94,7 @@ REVOKE ALL ON FUNCTION produce_end_txn_v3(text, bigint, smallint, bigint, text[]
 GRANT EXECUTE ON FUNCTION produce_end_txn_v3(text, bigint, smallint, bigint, text[], integer[], integer[], integer[], bytea[], bytea[], jsonb[], timestamp with time zone[], text, text, text, integer, text[], integer[], bigint[], text[]) TO oncelog_client, oncelog_admin;
 REVOKE ALL ON FUNCTION produce_v2(text, integer, bigint, smallint, integer, bytea[], bytea[], jsonb[], timestamp with time zone[], text, bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION produce_v2(text, integer, bigint, smallint, integer, bytea[], bytea[], jsonb[], timestamp with time zone[], text, bigint) TO oncelog_client, oncelog_admin;
+REVOKE ALL ON FUNCTION producer_window_push_v1(bigint, smallint, integer[], integer[], integer[], integer[], bigint[], timestamp with time zone) FROM PUBLIC;
 REVOKE ALL ON FUNCTION read_limits_v1(text[], integer[], bigint[], bigint[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION read_limits_v1(text[], integer[], bigint[], bigint[]) TO oncelog_reader, oncelog_client, oncelog_admin;
 REVOKE ALL ON FUNCTION records_partition_check_v1() FROM PUBLIC;

@@ -1,0 +1,39 @@
+"""Many batches appended at once, and a commit's markers in one statement per table.
+
+Revision ID: 0023
+Revises: 0022
+Create Date: 2026-11-27
+
+append_batches_v1 (internal) appends every batch of a request with one statement per table: one
+size and header check, one locking read of the sequence states, one INSERT of every record, one
+update each of partitions, txn_partitions and the sequence windows (producer_window_push_v1, which
+produce_v2 now calls too: the window is written once). produce_batches_v1 and
+produce_end_txn_v2 hand it their requests once they hold every lock; it takes only the common case
+(each batch new, next in its sequence, valid, alone in its partition) and otherwise writes nothing,
+so the batches go through produce_v2 as before and every duplicate's answer and refusal still come
+from there. produce_batches_v1 no longer opens a subtransaction per batch in that case.
+txn_complete_v1 locks the transaction's partitions in order and writes markers, spans and the
+partitions' next offsets in one statement each instead of a loop per partition. Signatures and
+answers are unchanged (tests/integration/test_set_based_append.py compares both paths).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from oncelog.migrations import frozen
+
+revision: str = "0023"
+down_revision: str | None = "0022"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade(schema: str) -> None:
+    """Install the definitions store/sql has now."""
+    frozen.apply("0023_set_based_append", "up", schema)
+
+
+def downgrade(schema: str) -> None:
+    """Restore the definitions of revision 0022."""
+    frozen.apply("0023_set_based_append", "down", schema)
