@@ -13,8 +13,13 @@ produce_end_txn_v2 hand it their requests once they hold every lock; it takes on
 so the batches go through produce_v2 as before and every duplicate's answer and refusal still come
 from there. produce_batches_v1 no longer opens a subtransaction per batch in that case.
 txn_complete_v1 locks the transaction's partitions in order and writes markers, spans and the
-partitions' next offsets in one statement each instead of a loop per partition. Signatures and
-answers are unchanged (tests/integration/test_set_based_append.py compares both paths).
+partitions' next offsets in one statement each instead of a loop per partition. A single batch
+still goes to produce_v2, whose simpler statements cost less for one. Signatures and answers are
+unchanged (tests/integration/test_set_based_append.py compares both paths).
+
+outbox_flush_v1 (the commit of records sent with send_v1) locks every partition the transaction
+sent to in order, appends them through append_batches_v1 when there are several, and wakes the
+readers waiting on them with a NOTIFY that the commit delivers (a rollback drops it).
 """
 
 from __future__ import annotations

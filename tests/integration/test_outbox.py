@@ -20,12 +20,15 @@ from sqlalchemy import orm
 import oncelog
 from oncelog import Admin, Consumer, Producer, TopicPartition, errors
 from oncelog.partitioner import partition_for_key
+from oncelog.store import log as store_log
 from oncelog.store.errors import mapped_errors
 from tests.support.docs import as_program, python_example
 from tests.support.roles import client_principal
 
 TOPIC = "events"
 PARTITIONS = 3
+#: How long a test waits for a wake-up it expects (a bound on a hang, not a measurement).
+WAIT = 30.0
 
 
 @pytest.fixture
@@ -184,6 +187,45 @@ def test_concurrent_application_transactions_append_without_gaps(app: sa.Engine)
         assert [v for v in values if v.startswith(f"{thread}-".encode())] == mine
     with app.connect() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM oncelog.outbox_records").scalar_one() == 0
+
+
+def test_a_commit_wakes_the_readers_waiting_on_its_partitions(app: sa.Engine) -> None:
+    """A reader waiting on partition 1 is woken when a transaction that sent there commits (the
+    NOTIFY goes with the commit), not before, and not by a rollback."""
+    with app.connect() as listening, app.connect() as conn:
+        registration = store_log.fetch_wait(listening, [(TOPIC, 1)], read_committed=True, wait_ms=60_000)
+        listening.commit()
+        oncelog.send(conn, TOPIC, b"rolled back", partition=1)
+        conn.rollback()
+        oncelog.send(conn, TOPIC, b"elsewhere", partition=2)
+        conn.commit()
+        assert not store_log.await_wakeup(listening, registration, 0.2), "nothing reached partition 1"
+        oncelog.send(conn, TOPIC, b"one", partition=1)
+        oncelog.send(conn, TOPIC, b"two", partition=2)
+        assert not store_log.await_wakeup(listening, registration, 0.2), "not before the commit"
+        conn.commit()
+        assert store_log.await_wakeup(listening, registration, WAIT)
+    assert log(app, 1) == [(1, 0, None, b"one")]
+
+
+def test_a_transaction_larger_than_a_batch_appends_batch_by_batch(app: sa.Engine) -> None:
+    """More records for a partition than max_batch_records: each batch of them in order, dense
+    offsets, beside another partition's records of the same transaction."""
+    with app.begin() as conn:
+        conn.exec_driver_sql("UPDATE oncelog.settings SET max_batch_records = 5")
+    with app.connect() as conn:
+        for i in range(12):
+            oncelog.send(conn, TOPIC, f"a{i}".encode(), partition=0)
+        for i in range(3):
+            oncelog.send(conn, TOPIC, f"b{i}".encode(), partition=1)
+        conn.commit()
+        for i in range(5):  # exactly one batch: appended whole
+            oncelog.send(conn, TOPIC, f"c{i}".encode(), partition=0)
+        conn.commit()
+    assert log(app, 0) == [
+        (0, i, None, v.encode()) for i, v in enumerate([f"a{i}" for i in range(12)] + [f"c{i}" for i in range(5)])
+    ]
+    assert log(app, 1) == [(1, i, None, f"b{i}".encode()) for i in range(3)]
 
 
 @pytest.fixture

@@ -2,6 +2,43 @@ DROP FUNCTION append_batches_v1(bigint, smallint, text, bigint, text[], integer[
 
 DROP FUNCTION producer_window_push_v1(bigint, smallint, integer[], integer[], integer[], integer[], bigint[], timestamp with time zone);
 
+CREATE OR REPLACE FUNCTION outbox_flush_v1()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    b record;
+BEGIN
+    -- Deferred to the commit, once per staged row: the first appends every record the
+    -- transaction staged, the others find nothing left.
+    IF NOT EXISTS (SELECT 1 FROM outbox_records o WHERE o.xact_id = NEW.xact_id) THEN
+        RETURN NULL;
+    END IF;
+    -- Partitions in (topic_id, partition) order, the documented lock order; records in the
+    -- order they were sent, in batches of at most max_batch_records.
+    FOR b IN
+        SELECT t.name, c.partition, array_agg(c.key ORDER BY c.seq) AS keys, array_agg(c.value ORDER BY c.seq) AS vals,
+               CASE WHEN bool_or(c.headers IS NOT NULL) THEN array_agg(c.headers ORDER BY c.seq) END AS hdrs
+        FROM (SELECT o.*, (row_number() OVER (PARTITION BY o.topic_id, o.partition ORDER BY o.seq) - 1)
+                          / (SELECT s.max_batch_records FROM settings s) AS chunk
+              FROM outbox_records o WHERE o.xact_id = NEW.xact_id) c
+        JOIN topics t ON t.topic_id = c.topic_id
+        GROUP BY c.topic_id, t.name, c.partition, c.chunk
+        ORDER BY c.topic_id, c.partition, c.chunk
+    LOOP
+        PERFORM produce_v2(b.name, b.partition, NULL, NULL, NULL, b.keys, b.vals, b.hdrs);
+    END LOOP;
+    DELETE FROM outbox_records o WHERE o.xact_id = NEW.xact_id;
+    RETURN NULL;
+END
+$function$;
+
+COMMENT ON FUNCTION outbox_flush_v1() IS 'Internal (deferred constraint trigger on outbox_records): at the commit, appends the records the transaction staged with send_v1, partition by partition in lock order (produce_v2), and removes them from the stage.';
+
+REVOKE ALL ON FUNCTION outbox_flush_v1() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION produce_batches_v1(p_producer_id bigint, p_producer_epoch smallint, p_transactional_id text, p_txn_number bigint, p_topics text[], p_partitions integer[], p_base_sequences integer[], p_counts integer[], p_keys bytea[], p_values bytea[], p_headers jsonb[], p_timestamps timestamp with time zone[])
  RETURNS TABLE(base_offset bigint, last_offset bigint, log_append_time timestamp with time zone, duplicate boolean, error_code text, error_message text, wake text)
  LANGUAGE plpgsql

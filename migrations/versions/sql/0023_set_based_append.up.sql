@@ -212,6 +212,90 @@ COMMENT ON FUNCTION producer_window_push_v1(bigint, smallint, integer[], integer
 
 REVOKE ALL ON FUNCTION producer_window_push_v1(bigint, smallint, integer[], integer[], integer[], integer[], bigint[], timestamp with time zone) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION outbox_flush_v1()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    b record;
+    v_topics text[];
+    v_partitions integer[];
+    v_counts integer[];
+    v_keys bytea[];
+    v_values bytea[];
+    v_headers jsonb[];
+    v_whole boolean;
+    v_appended integer := 0;
+    v_wake text;
+BEGIN
+    -- Deferred to the commit, once per staged row: the first appends every record the
+    -- transaction staged, the others find nothing left.
+    IF NOT EXISTS (SELECT 1 FROM outbox_records o WHERE o.xact_id = NEW.xact_id) THEN
+        RETURN NULL;
+    END IF;
+    -- Every partition the transaction sent to, locked in (topic_id, partition) order, the
+    -- documented lock order, and held through the commit that follows.
+    PERFORM 1 FROM partitions pt
+    WHERE (pt.topic_id, pt.partition) IN (SELECT o.topic_id, o.partition FROM outbox_records o WHERE o.xact_id = NEW.xact_id)
+    ORDER BY pt.topic_id, pt.partition
+    FOR NO KEY UPDATE;
+    -- One batch per partition, records in the order they were sent, appended all at once
+    -- (append_batches_v1, revision 0023) when the transaction sent to several partitions and none
+    -- holds more than max_batch_records. A single batch goes to produce_v2, which costs less.
+    SELECT array_agg(t.name ORDER BY c.topic_id, c.partition), array_agg(c.partition ORDER BY c.topic_id, c.partition),
+           array_agg(c.n ORDER BY c.topic_id, c.partition), bool_and(c.n <= s.max_batch_records)
+    INTO v_topics, v_partitions, v_counts, v_whole
+    FROM (SELECT o.topic_id, o.partition, count(*)::integer AS n FROM outbox_records o WHERE o.xact_id = NEW.xact_id
+          GROUP BY o.topic_id, o.partition) c
+    JOIN topics t ON t.topic_id = c.topic_id
+    CROSS JOIN settings s;
+    IF v_whole AND cardinality(v_topics) > 1 THEN
+        SELECT array_agg(o.key ORDER BY o.topic_id, o.partition, o.seq), array_agg(o.value ORDER BY o.topic_id, o.partition, o.seq),
+               CASE WHEN bool_or(o.headers IS NOT NULL) THEN array_agg(o.headers ORDER BY o.topic_id, o.partition, o.seq) END
+        INTO v_keys, v_values, v_headers
+        FROM outbox_records o WHERE o.xact_id = NEW.xact_id;
+        SELECT count(*) INTO v_appended
+        FROM append_batches_v1(NULL, NULL, NULL, NULL, v_topics, v_partitions, NULL, v_counts, v_keys, v_values,
+                               v_headers, NULL);
+    END IF;
+    IF v_appended = 0 THEN
+        -- One batch, larger than a batch, or not the common case: produce_v2, which also raises
+        -- what a record staged earlier may now break (a topic's limits changed since the send).
+        FOR b IN
+            SELECT t.name, c.partition, array_agg(c.key ORDER BY c.seq) AS keys, array_agg(c.value ORDER BY c.seq) AS vals,
+                   CASE WHEN bool_or(c.headers IS NOT NULL) THEN array_agg(c.headers ORDER BY c.seq) END AS hdrs
+            FROM (SELECT o.*, (row_number() OVER (PARTITION BY o.topic_id, o.partition ORDER BY o.seq) - 1)
+                              / (SELECT s.max_batch_records FROM settings s) AS chunk
+                  FROM outbox_records o WHERE o.xact_id = NEW.xact_id) c
+            JOIN topics t ON t.topic_id = c.topic_id
+            GROUP BY c.topic_id, t.name, c.partition, c.chunk
+            ORDER BY c.topic_id, c.partition, c.chunk
+        LOOP
+            PERFORM produce_v2(b.name, b.partition, NULL, NULL, NULL, b.keys, b.vals, b.hdrs);
+        END LOOP;
+    END IF;
+    DELETE FROM outbox_records o WHERE o.xact_id = NEW.xact_id;
+    -- Readers waiting on these partitions (registered in fetch_waiters; one registering now waits
+    -- for the partition locks held here, so it sees these records) are woken by a NOTIFY, which
+    -- PostgreSQL delivers when this transaction commits and drops if it rolls back. Only when a
+    -- reader waits: a NOTIFY makes the commit queue for the server's notification lock.
+    SELECT string_agg(w.token, ',') INTO v_wake
+    FROM (SELECT fetch_waiting_v1(q.topic, q.partition, true, true) AS token
+          FROM unnest(v_topics, v_partitions) AS q(topic, partition)) w
+    WHERE w.token IS NOT NULL;
+    IF v_wake IS NOT NULL THEN
+        PERFORM pg_notify(wake_channel_v1(), v_wake);
+    END IF;
+    RETURN NULL;
+END
+$function$;
+
+COMMENT ON FUNCTION outbox_flush_v1() IS 'Internal (deferred constraint trigger on outbox_records): at the commit, appends the records the transaction staged with send_v1, every partition locked first in lock order (one set-based append, or produce_v2 per batch when a partition holds more than a batch), removes them from the stage, and wakes the readers waiting on those partitions (a NOTIFY delivered at the commit).';
+
+REVOKE ALL ON FUNCTION outbox_flush_v1() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION produce_batches_v1(p_producer_id bigint, p_producer_epoch smallint, p_transactional_id text, p_txn_number bigint, p_topics text[], p_partitions integer[], p_base_sequences integer[], p_counts integer[], p_keys bytea[], p_values bytea[], p_headers jsonb[], p_timestamps timestamp with time zone[])
  RETURNS TABLE(base_offset bigint, last_offset bigint, log_append_time timestamp with time zone, duplicate boolean, error_code text, error_message text, wake text)
  LANGUAGE plpgsql
@@ -460,9 +544,10 @@ BEGIN
     FOR NO KEY UPDATE;
     -- The batches in the order given (a partition's batches follow one another in sequence), then
     -- EndTxn; any error rolls all of it back, the offsets included. The set-based append takes
-    -- the common case whole (revision 0023); otherwise, or for an empty commit, it writes nothing
-    -- and produce_v2 decides each batch.
-    IF v_batches > 0 THEN
+    -- the common case of many batches whole (revision 0023); otherwise it writes nothing and
+    -- produce_v2 decides each batch. One batch goes to produce_v2 straight away: its simpler
+    -- statements cost less than the set-based ones for a single batch.
+    IF v_batches > 1 THEN
         SELECT array_agg(a.base_offset ORDER BY a.b), array_agg(a.last_offset ORDER BY a.b),
                array_agg(a.log_append_time ORDER BY a.b)
         INTO base_offsets, last_offsets, log_append_times
