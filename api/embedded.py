@@ -109,7 +109,9 @@ class EmbeddedPostgres:
     """A private PostgreSQL cluster in ``data_dir``.
 
     ``durable=False`` turns off fsync, synchronous commit and full-page writes: safe and fast for
-    throwaway test clusters, never for data you keep.
+    throwaway test clusters, never for data you keep. ``max_prepared_transactions`` above 0 allows
+    two-phase commit (PREPARE TRANSACTION), which PostgreSQL leaves off by default; it takes effect
+    at the next start.
     """
 
     def __init__(
@@ -119,11 +121,15 @@ class EmbeddedPostgres:
         bin_dir: str | os.PathLike[str] | None = None,
         database: str = DEFAULT_DATABASE,
         durable: bool = True,
+        max_prepared_transactions: int = 0,
     ) -> None:
+        if not 0 <= max_prepared_transactions <= 10_000:
+            raise ValueError(f"max_prepared_transactions must be in [0, 10000], not {max_prepared_transactions}")
         self.data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
         self._bin_dir = bin_dir
         self.database = database
         self.durable = durable
+        self.max_prepared_transactions = max_prepared_transactions
 
     # --- paths -----------------------------------------------------------------------------
 
@@ -286,7 +292,7 @@ class EmbeddedPostgres:
             "unix_socket_directories": "''",
             "max_connections": "200",
             "shared_buffers": "'256MB'",
-            "max_prepared_transactions": "0",
+            "max_prepared_transactions": str(self.max_prepared_transactions),
             "logging_collector": "off",
         }
         if not self.durable:

@@ -19,7 +19,10 @@ unchanged (tests/integration/test_set_based_append.py compares both paths).
 
 outbox_flush_v1 (the commit of records sent with send_v1) locks every partition the transaction
 sent to in order, appends them through append_batches_v1 when there are several, and wakes the
-readers waiting on them with a NOTIFY that the commit delivers (a rollback drops it).
+readers waiting on them with a NOTIFY that the commit delivers (a rollback drops it); not on a
+server that allows prepared transactions, since PostgreSQL cannot prepare a transaction that has
+notified. fetch_wait_v1 waits out the appends in flight for 250 ms at most: a prepared transaction
+holds its partitions until it is resolved, and a reader must not hang on it.
 """
 
 from __future__ import annotations

@@ -187,7 +187,13 @@ BEGIN
     -- Readers waiting on these partitions (registered in fetch_waiters; one registering now waits
     -- for the partition locks held here, so it sees these records) are woken by a NOTIFY, which
     -- PostgreSQL delivers when this transaction commits and drops if it rolls back. Only when a
-    -- reader waits: a NOTIFY makes the commit queue for the server's notification lock.
+    -- reader waits: a NOTIFY makes the commit queue for the server's notification lock. And only
+    -- on a server that cannot PREPARE TRANSACTION: this runs at a PREPARE too, and PostgreSQL
+    -- refuses to prepare a transaction that has notified. There the readers find these records
+    -- by their own next look (fetch_max_backoff_ms at most).
+    IF current_setting('max_prepared_transactions')::integer > 0 THEN
+        RETURN NULL;
+    END IF;
     SELECT string_agg(w.token, ',') INTO v_wake
     FROM (SELECT fetch_waiting_v1(q.topic, q.partition, true, true) AS token
           FROM unnest(v_topics, v_partitions) AS q(topic, partition)) w
@@ -199,7 +205,7 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION outbox_flush_v1() IS
-  'Internal (deferred constraint trigger on outbox_records): at the commit, appends the records the transaction staged with send_v1, every partition locked first in lock order (one set-based append, or produce_v2 per batch when a partition holds more than a batch), removes them from the stage, and wakes the readers waiting on those partitions (a NOTIFY delivered at the commit).';
+  'Internal (deferred constraint trigger on outbox_records): at the commit, appends the records the transaction staged with send_v1, every partition locked first in lock order (one set-based append, or produce_v2 per batch when a partition holds more than a batch), removes them from the stage, and wakes the readers waiting on those partitions (a NOTIFY delivered at the commit; not on a server that allows PREPARE TRANSACTION, which refuses to prepare a transaction that has notified).';
 
 -- Table capture: every row change of a captured table, as a record in the same transaction
 -- (through send_v1, so appended at its commit and gone with its rollback).

@@ -192,6 +192,9 @@ def test_concurrent_application_transactions_append_without_gaps(app: sa.Engine)
 def test_a_commit_wakes_the_readers_waiting_on_its_partitions(app: sa.Engine) -> None:
     """A reader waiting on partition 1 is woken when a transaction that sent there commits (the
     NOTIFY goes with the commit), not before, and not by a rollback."""
+    with app.connect() as conn:
+        if int(conn.exec_driver_sql("SHOW max_prepared_transactions").scalar_one()) > 0:
+            pytest.skip("this server allows PREPARE TRANSACTION: the commit does not NOTIFY there (see design.md)")
     with app.connect() as listening, app.connect() as conn:
         registration = store_log.fetch_wait(listening, [(TOPIC, 1)], read_committed=True, wait_ms=60_000)
         listening.commit()

@@ -212,6 +212,72 @@ COMMENT ON FUNCTION producer_window_push_v1(bigint, smallint, integer[], integer
 
 REVOKE ALL ON FUNCTION producer_window_push_v1(bigint, smallint, integer[], integer[], integer[], integer[], bigint[], timestamp with time zone) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION fetch_wait_v1(p_topics text[], p_partitions integer[], p_read_committed boolean, p_wait_ms integer)
+ RETURNS TABLE(channel text, topic text, topic_id integer)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    v_channel text := wake_channel_v1();
+    v_until timestamptz;
+BEGIN
+    IF coalesce(cardinality(p_topics), 0) <> coalesce(cardinality(p_partitions), 0)
+       OR coalesce(cardinality(p_topics), 0) > 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000', MESSAGE = 'name 0 to 10000 partitions, as topics and partitions of one length';
+    END IF;
+    IF p_read_committed IS NULL OR p_wait_ms IS NULL OR p_wait_ms < 0 OR p_wait_ms > 300000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000',
+            MESSAGE = format('a wait names its isolation and lasts 0 to 300000 ms, not %s', p_wait_ms);
+    END IF;
+    IF (SELECT acl_settings.enforce FROM acl_settings) THEN
+        PERFORM acl_require_v1('topic', p_topics, 'read');
+    END IF;
+    -- This transaction writes only the unlogged waiters and takes row locks: nothing a crash
+    -- must keep, so its commit does not wait for a WAL flush (until the end of this transaction).
+    PERFORM set_config('synchronous_commit', 'off', true);
+    v_until := server_now_v1() + make_interval(secs => p_wait_ms / 1000.0);
+    INSERT INTO fetch_waiters AS w (topic_id, partition, committed_until, uncommitted_until)
+    SELECT DISTINCT t.topic_id, q.partition,
+           CASE WHEN p_read_committed THEN v_until END, CASE WHEN NOT p_read_committed THEN v_until END
+    FROM unnest(p_topics, p_partitions) AS q(topic, partition)
+    JOIN topics t ON t.name = q.topic
+    JOIN partitions pt ON pt.topic_id = t.topic_id AND pt.partition = q.partition
+    ORDER BY 1, 2
+    ON CONFLICT ON CONSTRAINT pk_fetch_waiters DO UPDATE SET
+        committed_until = greatest(w.committed_until, EXCLUDED.committed_until),
+        uncommitted_until = greatest(w.uncommitted_until, EXCLUDED.uncommitted_until);
+    -- An append checks for waiters under its partition's lock (produce_batches_v1, the commits).
+    -- Wait here until the appends holding these partitions now have finished: they committed
+    -- before the caller's next fetch (which then sees them), and every later one sees this
+    -- registration and wakes the caller. FOR SHARE is the row lock that conflicts with an
+    -- append's; it is taken in the lock order and released at once (the subtransaction rolls
+    -- back), so no reader holds up a writer beyond that. The wait is bounded (revision 0023):
+    -- an append holds a partition for milliseconds, but a prepared transaction (PREPARE
+    -- TRANSACTION after oncelog.send) holds it until it is resolved, and a reader must not hang
+    -- on it. Past the bound the reader registers all the same and, for the appends it did not
+    -- wait out, relies on its own next look, as for the window described in docs/design.md.
+    BEGIN
+        PERFORM set_config('lock_timeout', '250ms', true);  -- undone with the subtransaction
+        PERFORM 1 FROM partitions pt JOIN topics t ON t.topic_id = pt.topic_id
+        WHERE (t.name, pt.partition) IN (SELECT q.topic, q.partition FROM unnest(p_topics, p_partitions) AS q(topic, partition))
+        ORDER BY pt.topic_id, pt.partition
+        FOR SHARE OF pt;
+        RAISE EXCEPTION USING ERRCODE = 'OLW00', MESSAGE = 'release the locks';
+    EXCEPTION WHEN SQLSTATE 'OLW00' OR lock_not_available THEN
+        NULL;
+    END;
+    EXECUTE format('LISTEN %I', v_channel);
+    RETURN QUERY SELECT v_channel, t.name, t.topic_id FROM topics t WHERE t.name = ANY(p_topics) ORDER BY t.topic_id;
+END
+$function$;
+
+COMMENT ON FUNCTION fetch_wait_v1(text[], integer[], boolean, integer) IS 'A reader about to wait for records on these partitions (read_committed: for commits; otherwise for appends): registers the wait for p_wait_ms (up to 5 minutes), waits for the appends in flight on them to finish, and LISTENs on the schema''s channel, returned with the topics'' ids. A write that lands on a waited-on partition answers its producer with the partition''s wake token (topic_id:partition), which the producer NOTIFYs on the channel, outside the write''s transaction. The caller then fetches once more before it waits: what committed before the registration is seen by that fetch, what commits after it wakes the caller.';
+
+REVOKE ALL ON FUNCTION fetch_wait_v1(text[], integer[], boolean, integer) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION fetch_wait_v1(text[], integer[], boolean, integer) TO @schema@_client, @schema@_admin;
+
 CREATE OR REPLACE FUNCTION outbox_flush_v1()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -280,7 +346,13 @@ BEGIN
     -- Readers waiting on these partitions (registered in fetch_waiters; one registering now waits
     -- for the partition locks held here, so it sees these records) are woken by a NOTIFY, which
     -- PostgreSQL delivers when this transaction commits and drops if it rolls back. Only when a
-    -- reader waits: a NOTIFY makes the commit queue for the server's notification lock.
+    -- reader waits: a NOTIFY makes the commit queue for the server's notification lock. And only
+    -- on a server that cannot PREPARE TRANSACTION: this runs at a PREPARE too, and PostgreSQL
+    -- refuses to prepare a transaction that has notified. There the readers find these records
+    -- by their own next look (fetch_max_backoff_ms at most).
+    IF current_setting('max_prepared_transactions')::integer > 0 THEN
+        RETURN NULL;
+    END IF;
     SELECT string_agg(w.token, ',') INTO v_wake
     FROM (SELECT fetch_waiting_v1(q.topic, q.partition, true, true) AS token
           FROM unnest(v_topics, v_partitions) AS q(topic, partition)) w
@@ -292,7 +364,7 @@ BEGIN
 END
 $function$;
 
-COMMENT ON FUNCTION outbox_flush_v1() IS 'Internal (deferred constraint trigger on outbox_records): at the commit, appends the records the transaction staged with send_v1, every partition locked first in lock order (one set-based append, or produce_v2 per batch when a partition holds more than a batch), removes them from the stage, and wakes the readers waiting on those partitions (a NOTIFY delivered at the commit).';
+COMMENT ON FUNCTION outbox_flush_v1() IS 'Internal (deferred constraint trigger on outbox_records): at the commit, appends the records the transaction staged with send_v1, every partition locked first in lock order (one set-based append, or produce_v2 per batch when a partition holds more than a batch), removes them from the stage, and wakes the readers waiting on those partitions (a NOTIFY delivered at the commit; not on a server that allows PREPARE TRANSACTION, which refuses to prepare a transaction that has notified).';
 
 REVOKE ALL ON FUNCTION outbox_flush_v1() FROM PUBLIC;
 
