@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Self
 
 import sqlalchemy as sa
 
-from oncelog import validate
+from oncelog import kafka_config, validate
 from oncelog.errors import ConfigurationError
 from oncelog.store import create_engine, redact
 from oncelog.store.engine import CLIENT_GRACE_S, DEFAULT_SCHEMA, Timeouts, bounded
@@ -50,6 +50,22 @@ class Client:
             database_url, schema=schema, timeouts=self._timeouts, pool_size=pool_size, max_overflow=8, **engine_kwargs
         )
         self._closed = False
+
+    @classmethod
+    def from_config(cls, database_url: str, config: Mapping[str, Any], **overrides: Any) -> Self:
+        """A client configured the way Kafka's clients are: ``config`` maps Kafka's names
+        (``linger.ms``, ``transactional.id``, ``group.id``, ``isolation.level``, ...) or this
+        client's keywords to values; ``overrides`` are keywords given beside it. A key this client
+        does not take, a broker-only setting (``bootstrap.servers``) and a setting it cannot honour
+        (``acks=1``) raise ConfigurationError naming the key (:mod:`oncelog.kafka_config`).
+
+        >>> producer = Producer.from_config(url, {"linger.ms": 5, "transactional.id": "billing-1"})
+        """
+        kwargs = kafka_config.keyword_arguments(config, kafka_config.keywords(cls), cls.__name__)
+        twice = sorted(kwargs.keys() & overrides.keys())
+        if twice:
+            raise ConfigurationError(f"set in the configuration and as keywords: {', '.join(twice)}")
+        return cls(database_url, **kwargs, **overrides)
 
     @property
     def schema(self) -> str:

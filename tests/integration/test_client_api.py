@@ -399,3 +399,28 @@ def test_iterating_a_consumer_hands_records_out_one_by_one(db_url: str, admin: A
         assert consumer.position(tps[0]) == consumer.position(tps[1]) == 5
     with pytest.raises(errors.ConfigurationError):
         Consumer(db_url, consumer_timeout_ms=-1)
+
+
+def test_a_kafka_configuration_builds_working_clients(db_url: str, admin: Admin) -> None:
+    """Kafka's dotted names, as a confluent-kafka or Java user writes them: a transactional
+    producer and a group consumer that reads only what committed."""
+    admin.create_topic("kafka-style", partitions=2)
+    producer_config = {"transactional.id": "kafka-style-1", "linger.ms": 1, "acks": "all", "client.id": "svc"}
+    with Producer.from_config(db_url, producer_config) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("kafka-style", b"kept", partition=0)
+        producer.commit_transaction()
+        producer.begin_transaction()
+        producer.send("kafka-style", b"dropped", partition=1).get(timeout=30)
+        producer.abort_transaction()
+    consumer_config = {
+        "group.id": "kafka-style-readers",
+        "isolation.level": "read_committed",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "partition.assignment.strategy": "cooperative-sticky",
+    }
+    with Consumer.from_config(db_url, consumer_config, consumer_timeout_ms=3000) as consumer:
+        consumer.subscribe(["kafka-style"])
+        assert [r.value for r in consumer] == [b"kept"]
