@@ -16,6 +16,7 @@ from oncelog.types import (
     ConsumerGroupMetadata,
     ConsumerRecord,
     OffsetAndMetadata,
+    OffsetAndTimestamp,
     RecordMetadata,
     TopicPartition,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "ConsumerGroupMetadata",
     "ConsumerRecord",
     "OffsetAndMetadata",
+    "OffsetAndTimestamp",
     "OncelogError",
     "Producer",
     "RecordMetadata",

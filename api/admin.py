@@ -149,8 +149,14 @@ class Admin(Client):
         _topic(topic)
         validate.aware_datetime("timestamp", timestamp)
         with self._request() as conn:
-            found = ops.offsets_for_times(conn, topic=topic, timestamp=timestamp)
-        return {TopicPartition(topic, p): offset for p, offset in found.items()}
+            bounds = log.list_offsets(conn, topic=topic)
+            found = log.list_offsets_for_times(
+                conn, requests=[(topic, b.partition, timestamp) for b in bounds], read_committed=False
+            )
+        return {
+            TopicPartition(topic, b.partition): b.high_watermark if f is None else f[0]
+            for b, f in zip(bounds, found, strict=True)
+        }
 
     def capture_table(self, table: str, topic: str) -> None:
         """Capture ``table`` (``schema.name``, or a name on the connection's search path): every

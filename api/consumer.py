@@ -26,6 +26,7 @@ import re
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime
 from operator import itemgetter
 from typing import Any, Literal
 
@@ -41,7 +42,13 @@ from oncelog.store import groups, log
 from oncelog.store import topics as topic_store
 from oncelog.store.engine import DEFAULT_SCHEMA
 from oncelog.store.records import PartitionFetch, WaitRegistration
-from oncelog.types import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, TopicPartition
+from oncelog.types import (
+    ConsumerGroupMetadata,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -325,6 +332,34 @@ class Consumer(Client):
         """The end of each partition for this consumer: the last stable offset for read_committed,
         the high watermark for read_uncommitted (as in Kafka)."""
         return {tp: end for tp, (_, end) in self._bounds(partitions).items()}
+
+    def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition, datetime | float]
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """Per partition, the offset and timestamp of the first record whose timestamp is at or
+        after the one given (a timezone-aware datetime, or milliseconds since the epoch), as
+        Kafka's ``offsetsForTimes``: None when no record is, and for read_committed only committed
+        records below the last stable offset count. Seek to the offset to read from that time on.
+        Timestamps need not grow with offsets, so the store scans each partition from its log start
+        to the answer."""
+        if not isinstance(timestamps, Mapping):
+            raise errors.InvalidRequestError("offsets_for_times takes a mapping of partitions to timestamps")
+        items = list(timestamps.items())
+        wanted = validate.topic_partitions([tp for tp, _ in items])
+        requests = []
+        for tp, (_, value) in zip(wanted, items, strict=True):
+            try:
+                ts = validate.record_timestamp(value)
+            except errors.InvalidRecordError as exc:
+                raise errors.InvalidRequestError(f"offsets_for_times, {tp}: {exc}") from None
+            if ts is None:
+                raise errors.InvalidRequestError(f"offsets_for_times, {tp}: a timestamp is needed, not None")
+            requests.append((tp.topic, tp.partition, ts))
+        with self._request() as conn:
+            found = log.list_offsets_for_times(
+                conn, requests=requests, read_committed=self.isolation_level == "read_committed"
+            )
+        return {tp: None if f is None else OffsetAndTimestamp(*f) for tp, f in zip(wanted, found, strict=True)}
 
     def pause(self, partitions: Iterable[TopicPartition]) -> None:
         """Stop returning records from these partitions until resumed."""

@@ -532,7 +532,6 @@ class ConsumerCoordinator:
                     self._pending = None
         return True
 
-
     def _rematch(self) -> None:
         try:
             names = self._match()

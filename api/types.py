@@ -21,6 +21,14 @@ class OffsetAndMetadata(NamedTuple):
     metadata: str = ""
 
 
+class OffsetAndTimestamp(NamedTuple):
+    """The first record at or after a time (:meth:`oncelog.Consumer.offsets_for_times`): its
+    offset and its timestamp."""
+
+    offset: int
+    timestamp: datetime
+
+
 @dataclass(frozen=True, slots=True)
 class RecordMetadata:
     """Where an acknowledged record landed."""

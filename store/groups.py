@@ -106,9 +106,7 @@ def heartbeat(
         "%(ot)s::text[], %(op)s::integer[])",
         {"g": group_id, "m": member_id, "i": group_instance_id, "ot": [t for t, _ in held], "op": [p for _, p in held]},
     ).one()
-    return Membership(
-        member_id, int(row.generation), _assignment(row.topics, row.partitions), bool(row.reconciling)
-    )
+    return Membership(member_id, int(row.generation), _assignment(row.topics, row.partitions), bool(row.reconciling))
 
 
 def listen_for_changes(conn: sa.Connection) -> str:

@@ -640,6 +640,29 @@ def list_offsets(conn: sa.Connection, *, topic: str) -> list[PartitionOffsets]:
     ]
 
 
+def list_offsets_for_times(
+    conn: sa.Connection, *, requests: Sequence[tuple[str, int, datetime]], read_committed: bool
+) -> list[tuple[int, datetime] | None]:
+    """ListOffsets by timestamp: for each (topic, partition, timestamp), in order, the offset and
+    timestamp of the first record at or after that time (read_committed: below the last stable
+    offset, not aborted), or None when there is none. Needs DESCRIBE on the topics
+    (TopicAuthorizationError); UnknownTopicOrPartitionError names an unknown partition."""
+    if not requests:
+        return []
+    rows = _driver(
+        conn,
+        'SELECT idx, "offset", "timestamp" FROM list_offsets_for_times_v1('
+        "%(topics)s::text[], %(partitions)s::integer[], %(timestamps)s::timestamptz[], %(committed)s) ORDER BY idx",
+        {
+            "topics": [t for t, _, _ in requests],
+            "partitions": [p for _, p, _ in requests],
+            "timestamps": [ts for _, _, ts in requests],
+            "committed": read_committed,
+        },
+    ).all()
+    return [None if r.offset is None else (int(r.offset), r.timestamp) for r in rows]
+
+
 def expire_producers(conn: sa.Connection) -> int:
     """Maintenance, at the server's time: drop producer state idle past the expiration; returns the
     state rows removed."""

@@ -9,7 +9,6 @@ The one write, :func:`reset_group_offsets`, calls ``reset_group_offsets_v1`` (mi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -90,22 +89,6 @@ def describe_producers(conn: sa.Connection, *, topic: str, partition: int | None
         )
         for r in rows
     ]
-
-
-def offsets_for_times(conn: sa.Connection, *, topic: str, timestamp: datetime) -> dict[int, int]:
-    """ListOffsets by timestamp: per partition, the first offset (from the log start) of a record
-    whose timestamp is at or after ``timestamp``, else the high watermark (as Kafka answers)."""
-    rows = _driver(
-        conn,
-        'SELECT p.partition, coalesce((SELECT min(r."offset") FROM records r '
-        '  WHERE r.topic_id = p.topic_id AND r.partition = p.partition AND r."offset" >= p.log_start_offset '
-        '    AND r.control_type IS NULL AND r."timestamp" >= %(ts)s), p.next_offset) AS "offset" '
-        "FROM partitions p JOIN topics t USING (topic_id) WHERE t.name = %(t)s ORDER BY p.partition",
-        {"t": topic, "ts": timestamp},
-    ).all()
-    if not rows:
-        raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}")
-    return {int(r.partition): int(r.offset) for r in rows}
 
 
 def list_groups(conn: sa.Connection) -> list[GroupListing]:

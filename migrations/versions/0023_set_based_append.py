@@ -1,4 +1,4 @@
-"""Many batches appended at once, and a commit's markers in one statement per table.
+"""Many batches appended at once, a commit's markers in one statement per table; offsets by time.
 
 Revision ID: 0023
 Revises: 0022
@@ -23,6 +23,11 @@ readers waiting on them with a NOTIFY that the commit delivers (a rollback drops
 server that allows prepared transactions, since PostgreSQL cannot prepare a transaction that has
 notified. fetch_wait_v1 waits out the appends in flight for 250 ms at most: a prepared transaction
 holds its partitions until it is resolved, and a reader must not hang on it.
+
+list_offsets_for_times_v1 is ListOffsets by timestamp for clients (Kafka's offsetsForTimes, with
+DESCRIBE on the topic): the first record at or after a time per partition, below the last stable
+offset and not aborted for read_committed. unknown_partition_v1 is the existence check it shares
+with read_limits_v1.
 """
 
 from __future__ import annotations

@@ -76,6 +76,8 @@ REVOKE ALL ON FUNCTION join_group_v2(text, text, text, text, text[], integer, te
 GRANT EXECUTE ON FUNCTION join_group_v2(text, text, text, text, text[], integer, text, text[], integer[]) TO oncelog_client, oncelog_admin;
 REVOKE ALL ON FUNCTION leave_group_v1(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION leave_group_v1(text, text) TO oncelog_client, oncelog_admin;
+REVOKE ALL ON FUNCTION list_offsets_for_times_v1(text[], integer[], timestamp with time zone[], boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION list_offsets_for_times_v1(text[], integer[], timestamp with time zone[], boolean) TO oncelog_client, oncelog_admin;
 REVOKE ALL ON FUNCTION list_offsets_v1(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION list_offsets_v1(text) TO oncelog_client, oncelog_admin;
 REVOKE ALL ON FUNCTION offset_commit_args_v1(text[], integer[], bigint[], text[]) FROM PUBLIC;
@@ -113,6 +115,7 @@ REVOKE ALL ON FUNCTION txn_offset_commit_v1(text, bigint, smallint, bigint, text
 GRANT EXECUTE ON FUNCTION txn_offset_commit_v1(text, bigint, smallint, bigint, text, text, text, integer, text[], integer[], bigint[], text[]) TO oncelog_client, oncelog_admin;
 REVOKE ALL ON FUNCTION txn_owner_check_v1(text, oid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION txn_waiters_v1(bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION unknown_partition_v1(text[], integer[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION wake_channel_v1() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wake_channel_v1() TO oncelog_client, oncelog_admin;
 REVOKE ALL ON FUNCTION murmur2_v1(bytea) FROM PUBLIC;

@@ -22,6 +22,7 @@ import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -206,6 +207,7 @@ def test_a_client_allowed_topic_a_is_refused_topic_b_and_nothing_is_written(
             "SELECT * FROM fetch_v2('{b}', '{0}', '{0}', 10, false)",
             "SELECT * FROM fetch_v3('{b}', '{0}', '{0}', 10, true)",
             "SELECT * FROM list_offsets_v1('b')",
+            "SELECT * FROM list_offsets_for_times_v1('{b}', '{0}', ARRAY[now()], true)",
             "SELECT * FROM produce_v2('b', 0, NULL, NULL, NULL, ARRAY[NULL::bytea], ARRAY['x'::bytea])",
         ):
             with pytest.raises(errors.TopicAuthorizationError) as info:
@@ -218,6 +220,10 @@ def test_a_client_allowed_topic_a_is_refused_topic_b_and_nothing_is_written(
         with pytest.raises(errors.TopicAuthorizationError):  # as Kafka: existence is not revealed
             log.list_offsets(conn, topic="no-such-topic")
         assert [p.partition for p in log.list_offsets(conn, topic="a")] == [0, 1]
+        found = log.list_offsets_for_times(
+            conn, requests=[("a", 0, datetime(2000, 1, 1, tzinfo=UTC))], read_committed=True
+        )
+        assert [f[0] if f else None for f in found] == [0]
     with Consumer(client, isolation_level="read_committed") as consumer:
         consumer.assign([TopicPartition("a", 0)])
         consumer.seek(TopicPartition("a", 0), 0)

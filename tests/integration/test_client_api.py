@@ -424,3 +424,44 @@ def test_a_kafka_configuration_builds_working_clients(db_url: str, admin: Admin)
     with Consumer.from_config(db_url, consumer_config, consumer_timeout_ms=3000) as consumer:
         consumer.subscribe(["kafka-style"])
         assert [r.value for r in consumer] == [b"kept"]
+
+
+def test_offsets_for_times_as_kafka_answers_them(db_url: str, admin: Admin) -> None:
+    """The first record at or after a time, per partition: timestamps out of offset order, an
+    aborted transaction and an open one (read_committed skips both, read_uncommitted not),
+    milliseconds or datetimes, None past the last record."""
+    admin.create_topic("timed", partitions=2)
+    tp0, tp1 = TopicPartition("timed", 0), TopicPartition("timed", 1)
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    ms = int(base.timestamp() * 1000)
+    with Producer(db_url, linger_ms=0) as producer:
+        for i, minutes in enumerate((0, 10, 5, 20)):  # offsets 0..3, not in time order
+            producer.send("timed", f"r{i}".encode(), partition=0, timestamp=base + timedelta(minutes=minutes))
+        producer.flush()
+    with Producer(db_url, transactional_id="timed-aborted") as aborted:
+        aborted.init_transactions()
+        aborted.begin_transaction()
+        aborted.send("timed", b"aborted", partition=1, timestamp=base + timedelta(minutes=30)).get(timeout=30)
+        aborted.abort_transaction()
+    with Producer(db_url, transactional_id="timed-open") as still_open:
+        still_open.init_transactions()
+        still_open.begin_transaction()
+        still_open.send("timed", b"open", partition=1, timestamp=base + timedelta(minutes=40)).get(timeout=30)
+        with Consumer(db_url) as committed, Consumer(db_url, isolation_level="read_uncommitted") as uncommitted:
+            assert committed.offsets_for_times({tp0: base + timedelta(minutes=6), tp1: base}) == {
+                tp0: oncelog.OffsetAndTimestamp(1, base + timedelta(minutes=10)),  # offset 2 (5 min) is earlier
+                tp1: None,  # aborted, then open: nothing a read_committed consumer could read
+            }
+            assert committed.offsets_for_times({tp0: ms + 11 * 60_000}) == {
+                tp0: oncelog.OffsetAndTimestamp(3, base + timedelta(minutes=20))
+            }
+            assert committed.offsets_for_times({tp0: base + timedelta(hours=1)}) == {tp0: None}
+            found = uncommitted.offsets_for_times({tp1: base})
+            assert found == {tp1: oncelog.OffsetAndTimestamp(0, base + timedelta(minutes=30))}
+            with pytest.raises(errors.UnknownTopicOrPartitionError, match="timed-7"):
+                committed.offsets_for_times({TopicPartition("timed", 7): base})
+            for bad in (None, -1, datetime(2026, 1, 1), "noon"):
+                with pytest.raises(errors.InvalidRequestError, match="offsets_for_times"):
+                    committed.offsets_for_times({tp0: bad})  # type: ignore[dict-item]
+        still_open.abort_transaction()
+    assert admin.offsets_for_times("timed", base + timedelta(hours=1)) == {tp0: 4, tp1: 4}

@@ -179,6 +179,74 @@ COMMENT ON FUNCTION append_batches_v1(bigint, smallint, text, bigint, text[], in
 
 REVOKE ALL ON FUNCTION append_batches_v1(bigint, smallint, text, bigint, text[], integer[], integer[], integer[], bytea[], bytea[], jsonb[], timestamp with time zone[]) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION list_offsets_for_times_v1(p_topics text[], p_partitions integer[], p_timestamps timestamp with time zone[], p_read_committed boolean)
+ RETURNS TABLE(idx integer, "offset" bigint, "timestamp" timestamp with time zone)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    v_n integer := coalesce(cardinality(p_topics), 0);
+    v_bad text;
+    i integer;
+BEGIN
+    IF v_n <> coalesce(cardinality(p_partitions), 0) OR v_n <> coalesce(cardinality(p_timestamps), 0) OR v_n > 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000',
+            MESSAGE = 'name 0 to 10000 partitions, each with a timestamp, as arrays of one length';
+    END IF;
+    IF p_read_committed IS NULL OR EXISTS (SELECT 1 FROM unnest(p_timestamps) ts WHERE ts IS NULL OR NOT isfinite(ts)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000',
+            MESSAGE = 'every partition needs a finite timestamp, and the isolation level must be named';
+    END IF;
+    -- Access control (revision 0009, docs/acl.md): ListOffsets needs DESCRIBE, as in Kafka.
+    IF (SELECT acl_settings.enforce FROM acl_settings) THEN
+        PERFORM acl_require_v1('topic', p_topics, 'describe');
+    END IF;
+    v_bad := unknown_partition_v1(p_topics, p_partitions);
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown topic or partition %s', v_bad);
+    END IF;
+    -- Per partition, the first data record from the log start whose timestamp is at or after the
+    -- one asked for, below the high watermark, or for read_committed below the last stable offset
+    -- and not aborted (a read_committed consumer could not read one past it). Timestamps need not
+    -- grow with offsets, so this scans the partition in offset order to the answer: its cost is
+    -- the records before it. No lock: the bounds are read first, and what lies below them is
+    -- decided (see fetch_v3). No record: offset and timestamp NULL, as Kafka answers null.
+    FOR i IN 1 .. v_n LOOP
+        RETURN QUERY
+        SELECT i, x."offset", x."timestamp"
+        FROM partitions pt
+        JOIN topics t ON t.topic_id = pt.topic_id
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN p_read_committed
+                        THEN least(pt.next_offset, (
+                            SELECT min(xp.first_offset) FROM txn_partitions xp
+                            JOIN transactions tx ON tx.transactional_id = xp.transactional_id
+                            WHERE xp.topic_id = pt.topic_id AND xp.partition = pt.partition
+                              AND xp.first_offset IS NOT NULL
+                              AND tx.state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort')))
+                        ELSE pt.next_offset END AS upto
+        ) b
+        LEFT JOIN LATERAL (
+            SELECT r."offset", r."timestamp" FROM records r
+            WHERE r.topic_id = pt.topic_id AND r.partition = pt.partition
+              AND r."offset" >= pt.log_start_offset AND r."offset" < b.upto
+              AND r.control_type IS NULL AND NOT (p_read_committed AND r.aborted)
+              AND r."timestamp" >= p_timestamps[i]
+            ORDER BY r."offset"
+            LIMIT 1
+        ) x ON true
+        WHERE t.name = p_topics[i] AND pt.partition = p_partitions[i];
+    END LOOP;
+END
+$function$;
+
+COMMENT ON FUNCTION list_offsets_for_times_v1(text[], integer[], timestamp with time zone[], boolean) IS 'ListOffsets by timestamp (Kafka''s offsetsForTimes): per partition asked (idx, in order), the offset and timestamp of the first record from the log start whose timestamp is at or after the one given, below the high watermark, or for read_committed below the last stable offset and not aborted; NULL when there is none. Needs DESCRIBE on the topics. OL101 names an unknown topic or partition.';
+
+REVOKE ALL ON FUNCTION list_offsets_for_times_v1(text[], integer[], timestamp with time zone[], boolean) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION list_offsets_for_times_v1(text[], integer[], timestamp with time zone[], boolean) TO @schema@_client, @schema@_admin;
+
 CREATE OR REPLACE FUNCTION producer_window_push_v1(p_producer_id bigint, p_epoch smallint, p_topic_ids integer[], p_partitions integer[], p_first_sequences integer[], p_counts integer[], p_first_offsets bigint[], p_now timestamp with time zone)
  RETURNS void
  LANGUAGE plpgsql
@@ -211,6 +279,28 @@ $function$;
 COMMENT ON FUNCTION producer_window_push_v1(bigint, smallint, integer[], integer[], integer[], integer[], bigint[], timestamp with time zone) IS 'Internal: records appended batches in the producer''s five-batch sequence window of each partition (produce_v2, append_batches_v1).';
 
 REVOKE ALL ON FUNCTION producer_window_push_v1(bigint, smallint, integer[], integer[], integer[], integer[], bigint[], timestamp with time zone) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION unknown_partition_v1(p_topics text[], p_partitions integer[])
+ RETURNS text
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    v_missing text;
+BEGIN
+    SELECT format('%s-%s', q.topic, q.partition) INTO v_missing
+    FROM unnest(p_topics, p_partitions) AS q(topic, partition)
+    WHERE NOT EXISTS (SELECT 1 FROM partitions pt JOIN topics t USING (topic_id)
+                      WHERE t.name = q.topic AND pt.partition = q.partition)
+    LIMIT 1;
+    RETURN v_missing;
+END
+$function$;
+
+COMMENT ON FUNCTION unknown_partition_v1(text[], integer[]) IS 'Internal: the first of these partitions (topic-partition) that does not exist, else NULL.';
+
+REVOKE ALL ON FUNCTION unknown_partition_v1(text[], integer[]) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION fetch_wait_v1(p_topics text[], p_partitions integer[], p_read_committed boolean, p_wait_ms integer)
  RETURNS TABLE(channel text, topic text, topic_id integer)
@@ -881,6 +971,53 @@ COMMENT ON FUNCTION produce_v2(text, integer, bigint, smallint, integer, bytea[]
 REVOKE ALL ON FUNCTION produce_v2(text, integer, bigint, smallint, integer, bytea[], bytea[], jsonb[], timestamp with time zone[], text, bigint) FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION produce_v2(text, integer, bigint, smallint, integer, bytea[], bytea[], jsonb[], timestamp with time zone[], text, bigint) TO @schema@_client, @schema@_admin;
+
+CREATE OR REPLACE FUNCTION read_limits_v1(p_topics text[], p_partitions integer[], p_starts bigint[], p_limits bigint[])
+ RETURNS TABLE(topic text, partition integer, read_limit bigint)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    v_ids integer[];
+    v_missing text;
+BEGIN
+    IF cardinality(p_topics) IS DISTINCT FROM cardinality(p_partitions)
+       OR cardinality(p_topics) IS DISTINCT FROM cardinality(p_starts)
+       OR cardinality(p_topics) IS DISTINCT FROM cardinality(p_limits) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000', MESSAGE = 'topics, partitions, starts and limits differ in length';
+    END IF;
+    -- Access control (docs/acl.md), as in the protocol functions: one lookup while it is off.
+    IF (SELECT acl_settings.enforce FROM acl_settings) THEN
+        PERFORM acl_require_v1('topic', p_topics, 'read');
+    END IF;
+    SELECT x.name INTO v_missing
+    FROM unnest(p_topics, p_starts, p_limits) AS x(name, start, lim)
+    WHERE x.start IS NULL OR x.lim IS NULL OR x.start < 0 OR x.lim < x.start
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000',
+            MESSAGE = format('a range of topic %L is not 0 <= start <= limit', v_missing);
+    END IF;
+    v_missing := unknown_partition_v1(p_topics, p_partitions);
+    IF v_missing IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown partition %s', v_missing);
+    END IF;
+    SELECT array_agg(t.topic_id ORDER BY x.i) INTO v_ids
+    FROM unnest(p_topics) WITH ORDINALITY AS x(name, i) JOIN topics t ON t.name = x.name;
+    -- The limits are caps here (each range ends at its limit), hence limits passed as scan ends too.
+    RETURN QUERY
+    SELECT x.name, x.part, x.lim
+    FROM unnest(p_topics, p_partitions,
+                consistent_limits_v1(v_ids, p_partitions, p_starts, p_limits, p_limits)) AS x(name, part, lim);
+END
+$function$;
+
+COMMENT ON FUNCTION read_limits_v1(text[], integer[], bigint[], bigint[]) IS 'For ranges [start, limit) of partitions, limits are last stable offsets or below: the limits under which every committed transaction in them is read on all of these partitions or on none (planned reads, e.g. Spark). Needs topic READ when ACLs are enforced.';
+
+REVOKE ALL ON FUNCTION read_limits_v1(text[], integer[], bigint[], bigint[]) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION read_limits_v1(text[], integer[], bigint[], bigint[]) TO @schema@_reader, @schema@_client, @schema@_admin;
 
 CREATE OR REPLACE FUNCTION txn_complete_v1(p_transactional_id text, p_commit boolean)
  RETURNS void
