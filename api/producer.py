@@ -136,6 +136,7 @@ class Producer(Client):
         self._prepared = False
         self._linger = linger_ms / 1000
         self._max_block = max_block_ms / 1000
+        self._backoff = (retry_backoff_ms / 1000, retry_backoff_max_ms / 1000)
         self._buffer_memory = buffer_memory
         # One sender thread sends one batch at a time for the whole producer (docs/design.md), so
         # this has no effect beyond being validated for Kafka parity.
@@ -507,10 +508,29 @@ class Producer(Client):
         cached = self._metadata.get(topic)
         if cached and not refresh and now - cached[0] < self._metadata_max_age:
             return cached[1]
-        with self._request() as conn:
-            meta = topics.topic_metadata(conn, name=topic)
+        meta = self._fetch_metadata(topic, now + self._max_block)
         self._metadata[topic] = (now, meta, [TopicPartition(topic, p) for p in range(meta.partitions)])
         return meta
+
+    def _fetch_metadata(self, topic: str, deadline: float) -> topics.TopicMetadata:
+        """The topic's metadata from the store, asked again after a retriable error (the database
+        unreachable or restarting) with backoff until ``deadline``: as Kafka's send() blocks up to
+        max.block.ms for metadata. Past it, the last error, saying how long it was tried."""
+        delay, delay_max = self._backoff
+        while True:
+            try:
+                with self._request() as conn:
+                    return topics.topic_metadata(conn, name=topic)
+            except errors.OncelogError as exc:
+                remaining = deadline - time.monotonic()
+                if not exc.retriable or self._closed:
+                    raise
+                if remaining <= 0:
+                    raise type(exc)(
+                        f"no metadata for topic {topic!r} within max_block_ms ({self._max_block * 1000:.0f} ms): {exc}"
+                    ) from exc
+                time.sleep(min(delay, remaining))
+                delay = min(delay * 2, delay_max)
 
 
 class _ProducerMetrics(SenderMetrics):

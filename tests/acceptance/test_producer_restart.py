@@ -12,7 +12,7 @@ from concurrent.futures import Future
 
 import pytest
 
-from oncelog import Admin, Consumer, Producer, RecordMetadata, TopicPartition
+from oncelog import Admin, Consumer, Producer, RecordMetadata, TopicPartition, errors
 from oncelog.embedded import EmbeddedPostgres
 
 
@@ -68,3 +68,35 @@ def test_records_survive_a_server_restart(durable_server: EmbeddedPostgres, mode
         in_log = [v for part, _, v in sorted(log) if part == p]
         assert in_log == sorted(in_log), "send order not kept within a partition"
     assert retries > 0, "the restart was not noticed: the test did not test anything"
+
+
+def test_send_waits_up_to_max_block_ms_for_the_database(durable_server: EmbeddedPostgres) -> None:
+    """send() needs the topic's metadata: while the database is down it asks again (as Kafka's
+    send() waits for metadata up to max.block.ms), and gives up after max_block_ms with the
+    error, saying so."""
+    url = durable_server.url()
+    with Admin(url) as admin:
+        admin.create_topic("t", partitions=1)
+    durable_server.stop("fast")
+    with (
+        Producer(url, max_block_ms=300, linger_ms=0) as producer,
+        pytest.raises(
+            errors.DatabaseUnavailableError, match=r"no metadata for topic 't' within max_block_ms \(300 ms\)"
+        ),
+    ):
+        producer.send("t", b"nobody there")
+    started = threading.Event()
+
+    def start_again() -> None:
+        started.wait(30)
+        durable_server.start()
+
+    restarter = threading.Thread(target=start_again)
+    restarter.start()
+    try:
+        with Producer(url, max_block_ms=120_000, linger_ms=0) as producer:
+            started.set()  # the send below begins while the server is still down
+            meta = producer.send("t", b"after the restart").result(timeout=120)
+    finally:
+        restarter.join(60)
+    assert meta.offset == 0

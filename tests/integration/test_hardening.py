@@ -186,8 +186,11 @@ def test_no_function_a_client_or_admin_can_call_takes_a_time(engine: sa.Engine) 
         ).scalar_one()
     # produce_v2 and the functions that hand batches to it (produce_end_txn_v1/v2/v3,
     # produce_batches_v1) take record timestamps (validated against the server's time by
-    # produce_v2), which are data, not the time; nothing else may take one.
+    # produce_v2), which are data, not the time; list_offsets_for_times_v1 takes the record time to
+    # look for, a read-only search bound that decides nothing and writes nothing (0023); nothing
+    # else may take one.
     assert sorted(r[0] for r in rows) == [
+        "list_offsets_for_times_v1",
         "produce_batches_v1",
         "produce_end_txn_v1",
         "produce_end_txn_v2",
