@@ -8,6 +8,7 @@ retriable infrastructure errors, so callers never see a raw driver exception.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 
 import psycopg
@@ -19,6 +20,16 @@ from oncelog import errors
 _SERIALIZATION = {"40001", "40P01"}  # serialization_failure, deadlock_detected
 _UNAVAILABLE_PREFIXES = ("08", "57P")  # connection exceptions; admin/crash shutdown, cannot connect now
 _UNAVAILABLE = {"53300"}  # too_many_connections
+#: A connection the server refused for good (libpq reports its FATAL without a SQLSTATE): asking
+#: again cannot succeed, so these are not retriable, unlike a server that is down or restarting.
+#: Matched on PostgreSQL's English messages; with other lc_messages they stay retriable, as before.
+_REFUSED_FOR_GOOD = (
+    (re.compile(r'FATAL:\s+database ".*" does not exist'), errors.ConfigurationError),
+    (re.compile(r'FATAL:\s+role ".*" does not exist'), errors.AuthorizationError),
+    (re.compile(r"FATAL:\s+.*authentication failed for user"), errors.AuthorizationError),
+    (re.compile(r"FATAL:\s+no pg_hba\.conf entry"), errors.AuthorizationError),
+    (re.compile(r"FATAL:\s+permission denied for database"), errors.AuthorizationError),
+)
 #: lock_not_available (lock_timeout) and query_canceled (statement_timeout, or a cancel request):
 #: the client's own bound on a statement fired; the statement's transaction was rolled back.
 _TIMED_OUT = {"55P03", "57014"}
@@ -67,8 +78,13 @@ def translate(exc: BaseException) -> errors.OncelogError | None:
     if (isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated) or isinstance(
         orig, psycopg.OperationalError | psycopg.InterfaceError
     ):
-        # No SQLSTATE: the connection broke (server gone, proxy cut, reset).
-        return errors.DatabaseUnavailableError(_message(exc) or "connection lost")
+        # No SQLSTATE: the connection broke (server gone, proxy cut, reset), or the server
+        # refused it, which only a changed URL, role or pg_hba.conf can cure.
+        message = _message(exc)
+        for pattern, cls in _REFUSED_FOR_GOOD:
+            if pattern.search(message):
+                return cls(f"{message} (the connection was refused; retrying will not help)")
+        return errors.DatabaseUnavailableError(message or "connection lost")
     return None
 
 

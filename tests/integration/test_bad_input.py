@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, cast
 
 import pytest
+import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -104,6 +105,26 @@ def test_a_bad_url_is_a_configuration_error(cls: type[Client], url: object) -> N
     with pytest.raises(errors.ConfigurationError) as caught:
         cls(url)  # type: ignore[arg-type]
     assert_flags(caught.value)
+
+
+@pytest.mark.timeout(120)  # a retry until max_block_ms (10 minutes here) would hang the test
+@pytest.mark.parametrize(
+    ("part", "error"),
+    [("database", errors.ConfigurationError), ("username", errors.AuthorizationError)],
+)
+def test_a_connection_refused_for_good_is_not_retried(
+    db_url: str, admin: Admin, part: str, error: type[errors.OncelogError]
+) -> None:
+    """A database or role that does not exist is a typed, non-retriable error at once, not a
+    DatabaseUnavailableError that every client would retry until its time runs out."""
+    ours = sa.make_url(db_url)  # the admin fixture made topic t there
+    wrong = ours.set(database="no_such_thing") if part == "database" else ours.set(username="no_such_thing")
+    url = wrong.render_as_string(hide_password=False)
+    with Producer(url, max_block_ms=600_000, linger_ms=0) as producer, pytest.raises(error) as caught:
+        producer.send("t", b"never")
+    assert not caught.value.retriable and "retrying will not help" in str(caught.value)
+    with Admin(url) as other, pytest.raises(error):
+        other.list_topics()
 
 
 def test_topic_partitions_and_timeouts_are_invalid_arguments_not_a_schema_problem(
