@@ -25,7 +25,8 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from operator import itemgetter
 from typing import Any, Literal
@@ -68,6 +69,10 @@ _WAKE_SPACING_S = 0.005
 #: A record's value by position, in a FetchedRecord and in a ConsumerRecord (bytes-consumed metric).
 _VALUE = itemgetter(2)
 _TAGGED_VALUE = itemgetter(4)
+
+
+#: ``commit(asynchronous=True)``'s callback: the offsets it committed, and its exception or None.
+CommitCallback = Callable[[dict[TopicPartition, OffsetAndMetadata], BaseException | None], None]
 
 
 class Consumer(Client):
@@ -197,6 +202,7 @@ class Consumer(Client):
         )
         # Metrics (see metrics()). Written by the caller's thread only; read under the lock.
         self._metrics_lock = threading.Lock()
+        self._async_commits: ThreadPoolExecutor | None = None  # commit(asynchronous=True)'s thread
         self._metrics: dict[str, float] = {
             "records_consumed_total": 0,
             "bytes_consumed_total": 0,
@@ -375,20 +381,73 @@ class Consumer(Client):
 
     # --- offsets ----------------------------------------------------------------------------
 
-    def commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None) -> None:
+    def commit(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
+        *,
+        asynchronous: bool = False,
+        callback: CommitCallback | None = None,
+    ) -> Future[None] | None:
         """Commit offsets (default: the current positions of the assigned partitions) for the group.
 
         A member commits only for the partitions it owns (in ``on_revoke`` too: it owns them until
         that returns); for others the store answers UNASSIGNED_PARTITION, and UNKNOWN_MEMBER_ID
         once the member has been removed (the commit failed).
+
+        ``asynchronous=True`` (confluent-kafka's ``commit(asynchronous=True)``, Kafka's
+        ``commitAsync``) takes the offsets and the membership now and commits them on a thread of
+        the consumer's own, in the order asked, returning a Future at once; ``callback(offsets,
+        exception)`` runs there when the commit ends (exception None on success). An async commit
+        that fails is not retried (a later one supersedes it, as in Kafka). close() waits for those
+        still on their way.
         """
+        if not isinstance(asynchronous, bool):
+            raise errors.InvalidRequestError(f"asynchronous must be True or False, not {asynchronous!r}")
+        if callback is not None:
+            validate.callback("callback", callback)
         group_id = self._require_group()
         if offsets is None:
             offsets = self._subscriptions.positions()
         wanted = validate.offset_map(offsets)
-        if not wanted:
-            return
-        member = self._membership()
+        member = self._membership() if wanted else None
+        if not asynchronous:
+            if wanted:
+                self._commit_now(group_id, wanted, member)
+            return None
+        if self._async_commits is None:
+            self._async_commits = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oncelog-commit")
+
+        def run() -> None:
+            failure: BaseException | None = None
+            try:
+                if wanted:
+                    self._commit_now(group_id, wanted, member)
+            except BaseException as exc:  # handed to the future and the callback
+                failure = exc
+            if callback is not None:
+                try:
+                    callback({TopicPartition(*tp): OffsetAndMetadata(*om) for tp, om in wanted.items()}, failure)
+                except Exception:  # the application's callback must not hide the commit's outcome
+                    logger.exception("a commit callback raised")
+            if failure is not None:
+                raise failure
+
+        return self._async_commits.submit(run)
+
+    def commit_async(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
+        callback: CommitCallback | None = None,
+    ) -> Future[None]:
+        """kafka-python's name for ``commit(offsets, asynchronous=True, callback=callback)``."""
+        future = self.commit(offsets, asynchronous=True, callback=callback)
+        if future is None:  # pragma: no cover - asynchronous=True always returns one
+            raise errors.IllegalStateError("an asynchronous commit returned no future")
+        return future
+
+    def _commit_now(
+        self, group_id: str, wanted: dict[tuple[str, int], tuple[int, str]], member: groups.Membership | None
+    ) -> None:
         started = time.monotonic()
         with self._request() as conn:
             groups.offset_commit(
@@ -696,6 +755,8 @@ class Consumer(Client):
                 self.commit()
         except errors.OncelogError:
             logger.warning("the final auto-commit failed", exc_info=True)
+        if self._async_commits is not None:
+            self._async_commits.shutdown(wait=True)  # the async commits on their way, in order
         if self._instance_id is None and self._coordinator is not None:
             try:
                 self._coordinator.leave()

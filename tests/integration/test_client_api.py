@@ -465,3 +465,34 @@ def test_offsets_for_times_as_kafka_answers_them(db_url: str, admin: Admin) -> N
                     committed.offsets_for_times({tp0: bad})  # type: ignore[dict-item]
         still_open.abort_transaction()
     assert admin.offsets_for_times("timed", base + timedelta(hours=1)) == {tp0: 4, tp1: 4}
+
+
+def test_asynchronous_commits_complete_in_order_with_their_callbacks(db_url: str, admin: Admin) -> None:
+    """commit(asynchronous=True) and commit_async(): a Future at once, the callback with the
+    offsets and the outcome, commits applied in the order asked, a failure handed over (not
+    raised by a later call), and close() waiting for the ones on their way."""
+    admin.create_topic("acommit", partitions=1)
+    tp = TopicPartition("acommit", 0)
+    with Producer(db_url, linger_ms=0) as producer:
+        for i in range(5):
+            producer.send("acommit", f"r{i}".encode(), partition=0)
+    seen: list[tuple[dict[TopicPartition, oncelog.OffsetAndMetadata], BaseException | None]] = []
+    with Consumer(db_url, group_id="acommit-g", enable_auto_commit=False) as consumer:
+        consumer.assign([tp])
+        assert len(consumer.poll(timeout=10)) == 5
+        future = consumer.commit(asynchronous=True, callback=lambda offsets, exc: seen.append((offsets, exc)))
+        assert future is not None and future.result(timeout=30) is None
+        assert seen == [({tp: oncelog.OffsetAndMetadata(5, "")}, None)]
+        for offset in range(1, 4):
+            consumer.commit_async({tp: offset})
+        bad = consumer.commit_async(
+            {TopicPartition("no-such-topic", 0): 1}, callback=lambda offsets, exc: seen.append((offsets, exc))
+        )
+        assert isinstance(bad.exception(timeout=30), errors.UnknownTopicOrPartitionError)
+        assert isinstance(seen[-1][1], errors.UnknownTopicOrPartitionError)
+        assert consumer.committed([tp]) == {tp: oncelog.OffsetAndMetadata(3, "")}  # the last one asked
+        consumer.commit_async({tp: 4})
+        with pytest.raises(errors.InvalidRequestError, match="asynchronous"):
+            consumer.commit(asynchronous=1)  # type: ignore[arg-type]
+    with Consumer(db_url, group_id="acommit-g", enable_auto_commit=False) as again:
+        assert again.committed([tp]) == {tp: oncelog.OffsetAndMetadata(4, "")}  # close() waited for it
