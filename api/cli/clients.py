@@ -16,9 +16,9 @@ import binascii
 import contextlib
 import json
 import signal
+import tempfile
 import threading
-from collections.abc import Iterator, Sequence
-from concurrent.futures import Future
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import FrameType
@@ -128,19 +128,22 @@ def _json_record(raw: bytes, line: int, headers: list[tuple[str, bytes | None]])
     )
 
 
-def _read(
-    stream: IO[bytes], source: str, input_format: str, key_separator: bytes | None, headers: list[tuple[str, bytes]]
-) -> list[_Input]:
-    """Every record of the input, parsed before anything is sent: a bad line fails the whole run
-    with its line number, and nothing is written."""
-    out: list[_Input] = []
+def _parse(
+    stream: Iterable[bytes],
+    source: str,
+    input_format: str,
+    key_separator: bytes | None,
+    headers: list[tuple[str, bytes]],
+) -> Iterator[_Input]:
+    """The records of the input, one at a time (nothing kept: the input may be larger than memory);
+    a bad line raises with its line number."""
     for number, raw in enumerate(stream, start=1):
         line = raw[:-1] if raw.endswith(b"\n") else raw
         line = line[:-1] if line.endswith(b"\r") else line
         try:
             if input_format == "json":
                 if line.strip():
-                    out.append(_json_record(line, number, list(headers)))
+                    yield _json_record(line, number, list(headers))
                 continue
             # Lines: every line is a record, an empty one too (as Kafka's console producer).
             key: bytes | None = None
@@ -148,10 +151,9 @@ def _read(
                 key, sep, line = line.partition(key_separator)
                 if not sep:
                     raise InvalidRecordError(f"no key separator {key_separator.decode(errors='replace')!r}")
-            out.append(_Input(number, key, line, list(headers), None, None))
+            yield _Input(number, key, line, list(headers), None, None)
         except InvalidRecordError as exc:
             raise InvalidRecordError(f"{source} line {number}: {exc}") from None
-    return out
 
 
 def _header_options(pairs: tuple[str, ...]) -> list[tuple[str, bytes]]:
@@ -174,22 +176,51 @@ def _separator(text: str | None) -> bytes | None:
     return text.encode("utf-8")
 
 
-def _check(records: Sequence[_Input], source: str, topic: str, partitions: int, max_bytes: int | None) -> None:
+def _check(r: _Input, source: str, topic: str, partitions: int, max_bytes: int | None) -> None:
     """Refuse what the store would refuse, before the first record is sent."""
-    for r in records:
-        if r.partition is not None and r.partition >= partitions:
-            raise UnknownTopicOrPartitionError(
-                f"{source} line {r.line}: partition {r.partition} of topic {topic!r} does not exist "
-                f"({partitions} partitions)"
-            )
+    if r.partition is not None and r.partition >= partitions:
+        raise UnknownTopicOrPartitionError(
+            f"{source} line {r.line}: partition {r.partition} of topic {topic!r} does not exist "
+            f"({partitions} partitions)"
+        )
+    try:
+        size = record_size(r.key, r.value, encode_headers(r.headers))
+    except InvalidRecordError as exc:
+        raise InvalidRecordError(f"{source} line {r.line}: {exc}") from None
+    if max_bytes is not None and size > max_bytes:
+        raise RecordTooLargeError(
+            f"{source} line {r.line}: a record of {size} bytes exceeds max_message_bytes {max_bytes} of {topic!r}"
+        )
+
+
+class _Replay:
+    """The input, read twice (checked whole, then sent) without holding it in memory: a seekable
+    file is rewound; anything else (stdin from a pipe) is copied aside as the first pass reads it,
+    to a temporary file once it outgrows a few MiB."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._stream = stream
         try:
-            size = record_size(r.key, r.value, encode_headers(r.headers))
-        except InvalidRecordError as exc:
-            raise InvalidRecordError(f"{source} line {r.line}: {exc}") from None
-        if max_bytes is not None and size > max_bytes:
-            raise RecordTooLargeError(
-                f"{source} line {r.line}: a record of {size} bytes exceeds max_message_bytes {max_bytes} of {topic!r}"
-            )
+            seekable = stream.seekable() and stream.tell() == 0
+        except (OSError, ValueError):
+            seekable = False
+        # Closed by close(), which produce() calls in a finally.
+        self._copy: IO[bytes] | None = None if seekable else tempfile.SpooledTemporaryFile(max_size=8 << 20)  # noqa: SIM115
+
+    def first(self) -> Iterator[bytes]:
+        for raw in self._stream:
+            if self._copy is not None:
+                self._copy.write(raw)
+            yield raw
+
+    def second(self) -> IO[bytes]:
+        target = self._stream if self._copy is None else self._copy
+        target.seek(0)
+        return target
+
+    def close(self) -> None:
+        if self._copy is not None:
+            self._copy.close()
 
 
 # --- produce -----------------------------------------------------------------------------------
@@ -234,44 +265,62 @@ def produce(
 ) -> None:
     """Write records to TOPIC from stdin or a file, one per line.
 
-    The whole input is read and checked first (JSON, partitions, record sizes), so a bad line
-    writes nothing. Records are idempotent; with --transactional-id they commit together.
+    The whole input is checked first (JSON, partitions, record sizes), so a bad line writes
+    nothing, then read again and sent; nothing per record is held, so an input larger than memory
+    works (stdin is copied to a temporary file for the second read). Records are idempotent; with
+    --transactional-id they commit together.
     """
     source = "stdin" if path == "-" else path
     headers = _header_options(header_pairs)
     separator = _separator(key_separator)
-    with click.open_file(path, "rb") as stream:
-        records = _read(stream, source, input_format, separator, headers)
     with admin_for(obj) as admin:
         described = admin.describe_topic(topic)
     count = len(described.partitions)
-    if partition is not None:
-        records = [_Input(r.line, r.key, r.value, r.headers, partition, r.timestamp) for r in records]
-    _check(records, source, topic, count, described.config.get("max_message_bytes"))
-    metas = _send(obj, topic, records, transactional_id, progress=path != "-" and not as_json)
-    summary: dict[int, list[int]] = {}
-    for m in metas:
-        summary.setdefault(m.partition, []).append(m.offset)
+    max_bytes = described.config.get("max_message_bytes")
+
+    def routed(r: _Input) -> _Input:
+        return r if partition is None else _Input(r.line, r.key, r.value, r.headers, partition, r.timestamp)
+
+    with click.open_file(path, "rb") as stream:
+        replay = _Replay(stream)
+        try:
+            total = 0
+            for r in _parse(replay.first(), source, input_format, separator, headers):
+                _check(routed(r), source, topic, count, max_bytes)
+                total += 1
+            records = (routed(r) for r in _parse(replay.second(), source, input_format, separator, headers))
+            summary = _send(obj, topic, records, total, transactional_id, progress=path != "-" and not as_json)
+        finally:
+            replay.close()
+    sent = sum(n for n, _, _ in summary.values())
     payload = {
         "topic": topic,
-        "records": len(metas),
+        "records": sent,
         "transactional_id": transactional_id,
         "partitions": [
-            {"partition": p, "records": len(offs), "first_offset": min(offs), "last_offset": max(offs)}
-            for p, offs in sorted(summary.items())
+            {"partition": p, "records": n, "first_offset": first, "last_offset": last}
+            for p, (n, first, last) in sorted(summary.items())
         ],
     }
     if as_json:
         print_json(payload)
     else:
-        where = "; ".join(f"partition {p}: offsets {min(o)}..{max(o)}" for p, o in sorted(summary.items()))
+        where = "; ".join(f"partition {p}: offsets {first}..{last}" for p, (_, first, last) in sorted(summary.items()))
         how = f" in a transaction of {transactional_id}" if transactional_id else ""
-        click.echo(f"produced {len(metas)} records to {topic}{how}" + (f" ({where})" if where else ""))
+        click.echo(f"produced {sent} records to {topic}{how}" + (f" ({where})" if where else ""))
 
 
 def _send(
-    obj: CliContext, topic: str, records: Sequence[_Input], transactional_id: str | None, *, progress: bool
-) -> list[RecordMetadata]:
+    obj: CliContext,
+    topic: str,
+    records: Iterable[_Input],
+    total: int,
+    transactional_id: str | None,
+    *,
+    progress: bool,
+) -> dict[int, tuple[int, int, int]]:
+    """Send ``records`` (``total`` of them); per partition, how many landed and their first and last
+    offsets. Acknowledgements are counted as they come, so nothing per record is kept."""
     err = console(stderr=True)
     bar = Progress(
         TextColumn("[bold]producing"),
@@ -282,11 +331,19 @@ def _send(
         # A bar only where a person watches: a file being sent, on a terminal.
         disable=not (progress and err.is_terminal),
     )
-    futures: list[Future[RecordMetadata]] = []
+    lock = threading.Lock()
+    summary: dict[int, tuple[int, int, int]] = {}
+    failures: list[BaseException] = []
     with bar, Producer(obj.url(), schema=obj.schema, transactional_id=transactional_id, linger_ms=5) as producer:
-        task = bar.add_task("producing", total=len(records))
+        task = bar.add_task("producing", total=total)
 
-        def acked(_meta: RecordMetadata | None, _exc: BaseException | None) -> None:
+        def acked(meta: RecordMetadata | None, exc: BaseException | None) -> None:
+            with lock:
+                if exc is not None or meta is None:
+                    failures.append(exc or RuntimeError("no metadata"))
+                else:
+                    n, first, last = summary.get(meta.partition, (0, meta.offset, meta.offset))
+                    summary[meta.partition] = (n + 1, min(first, meta.offset), max(last, meta.offset))
             bar.advance(task)
 
         if transactional_id is not None:
@@ -294,16 +351,14 @@ def _send(
             producer.begin_transaction()
         try:
             for r in records:
-                futures.append(
-                    producer.send(
-                        topic,
-                        r.value,
-                        r.key,
-                        partition=r.partition,
-                        headers=r.headers or None,
-                        timestamp=r.timestamp,
-                        callback=acked,
-                    )
+                producer.send(
+                    topic,
+                    r.value,
+                    r.key,
+                    partition=r.partition,
+                    headers=r.headers or None,
+                    timestamp=r.timestamp,
+                    callback=acked,
                 )
             if transactional_id is not None:
                 producer.commit_transaction()
@@ -314,15 +369,14 @@ def _send(
                 with contextlib.suppress(OncelogError):
                     producer.abort_transaction()
             raise
-    failed = [exc for f in futures if (exc := f.exception()) is not None]
-    if failed:
+    if failures:
         # Only without a transaction: some records may be in the log already; say how many.
-        written = len(futures) - len(failed)
-        first = failed[0]
-        if isinstance(first, OncelogError):
-            raise type(first)(f"{first} ({written} of {len(futures)} records were written)") from first
-        raise first
-    return [f.result() for f in futures]
+        written = sum(n for n, _, _ in summary.values())
+        first_failure = failures[0]
+        if isinstance(first_failure, OncelogError):
+            raise type(first_failure)(f"{first_failure} ({written} of {total} records were written)") from first_failure
+        raise first_failure
+    return summary
 
 
 # --- consume -----------------------------------------------------------------------------------

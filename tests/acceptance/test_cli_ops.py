@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tracemalloc
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -696,3 +697,30 @@ def test_capture_add_list_remove(db_url: str, admin: Admin, engine: sa.Engine) -
     ] == [b'{"id": 1}']
     assert "stopped capturing public.cli_items" in ok(db_url, "capture", "remove", "public.cli_items")
     assert js(db_url, "capture", "list") == []
+
+
+def test_produce_streams_its_input_in_bounded_memory(db_url: str, tmp_path: Path) -> None:
+    """200,000 lines (the input that took 535 MB when it was read whole): checked in a first
+    pass and sent in a second, nothing per record kept, so the Python heap's peak stays far
+    below what holding the records would take; stdin is copied aside to be read twice."""
+    ok(db_url, "topics", "create", "big", "-p", "2")
+    lines = 200_000
+    source = tmp_path / "big.txt"
+    source.write_bytes(b"".join(b"%d\tline %06d\n" % (i % 100, i) for i in range(lines)))
+    tracemalloc.start()
+    try:
+        answer = js(db_url, "produce", "big", "--file", str(source), "--key-separator", "\\t")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert answer["records"] == lines
+    # Holding them (an object, a list and two bytes per record, plus a future each) peaked at 89 MiB
+    # of Python heap here; streaming holds what the producer has queued (under 1 MiB measured).
+    assert peak < 16 * 1024 * 1024, f"peak {peak / 2**20:.0f} MiB"
+    piped = js(db_url, "produce", "big", input=b"".join(b"piped %d\n" % i for i in range(1000)))
+    assert piped["records"] == 1000
+    # A bad line anywhere still writes nothing, from stdin too (it is read twice).
+    ok(db_url, "topics", "create", "strict", "-p", "1")
+    fails(db_url, "produce", "strict", "--key-separator", "\\t", match="stdin line 3", input="a\tb\nc\td\nno tab\n")
+    with Admin(db_url) as admin:
+        assert [p.high_watermark for p in admin.list_offsets("strict")] == [0]
