@@ -66,6 +66,15 @@ import importlib.util, os, sys
 spec = importlib.util.spec_from_file_location("consume_transform_produce", sys.argv[1])
 example = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(example)
+# A little work per record, as a real transform does: each transaction stays open in the store for
+# a while after its first batches leave, so that the kills can find one open. (With the one-call
+# commit and the set-based append, transactions of bare copies became too short to catch.)
+import time
+_transform = example.transform
+def transform(value):
+    time.sleep(0.0005)
+    return _transform(value)
+example.transform = transform
 copied = example.run(
     os.environ["ONCELOG_DATABASE_URL"],
     input_topic=sys.argv[2],
