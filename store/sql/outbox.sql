@@ -143,11 +143,14 @@ BEGIN
         RETURN NULL;
     END IF;
     -- Every partition the transaction sent to, locked in (topic_id, partition) order, the
-    -- documented lock order, and held through the commit that follows.
-    PERFORM 1 FROM partitions pt
+    -- documented lock order, and held through the commit that follows. Only those of topics the
+    -- caller may still write (as produce_batches_v1): an ACL revoked since the send is refused
+    -- below by produce_v2, and the caller never held a partition it has no right to.
+    PERFORM 1 FROM partitions pt JOIN topics t ON t.topic_id = pt.topic_id
     WHERE (pt.topic_id, pt.partition) IN (SELECT o.topic_id, o.partition FROM outbox_records o WHERE o.xact_id = NEW.xact_id)
+      AND acl_allowed_v1('topic', t.name, 'write')
     ORDER BY pt.topic_id, pt.partition
-    FOR NO KEY UPDATE;
+    FOR NO KEY UPDATE OF pt;
     -- One batch per partition, records in the order they were sent, appended all at once
     -- (append_batches_v1, revision 0023) when the transaction sent to several partitions and none
     -- holds more than max_batch_records. A single batch goes to produce_v2, which costs less.

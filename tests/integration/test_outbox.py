@@ -250,6 +250,31 @@ def test_sending_needs_the_write_acl(app: sa.Engine, limited: str) -> None:
     assert log(app) == []
 
 
+def test_an_acl_revoked_before_the_commit_refuses_it_without_locking_the_partition(app: sa.Engine, db_url: str) -> None:
+    """The write ACL is checked at send and again at the commit; a caller whose ACL went in between
+    is refused (TopicAuthorizationError) and never waits for, or locks, the partition: here another
+    session holds it, and the commit is refused, not left waiting on the lock."""
+    with app.begin() as conn:
+        conn.exec_driver_sql("SELECT oncelog.set_acl_enforcement_v1(true)")
+    for principal in client_principal(app, db_url, acls=[("topic", TOPIC, "write")]):
+        engine = sa.create_engine(principal.url)  # transactions of its own (the principal's engine autocommits)
+        with engine.connect() as sender, app.connect() as holder:
+            sender.exec_driver_sql("SET lock_timeout = '2s'")  # a wait for the lock would end in a timeout
+            oncelog.send(sender, TOPIC, b"v", partition=0)
+            with app.begin() as admin:
+                admin.exec_driver_sql("SELECT oncelog.delete_acls_v1(%(p)s)", {"p": principal.name})
+            holder.exec_driver_sql(
+                "SELECT 1 FROM oncelog.partitions p JOIN oncelog.topics t USING (topic_id) "
+                "WHERE t.name = %(t)s AND p.partition = 0 FOR NO KEY UPDATE",  # an append's lock
+                {"t": TOPIC},
+            )
+            with pytest.raises(errors.TopicAuthorizationError), mapped_errors():
+                sender.commit()
+            holder.rollback()
+        engine.dispose()
+    assert log(app) == []
+
+
 def test_the_guide_example_runs(db_url: str, engine: sa.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/guide-producer.md's outbox example, as written."""
     code = python_example("docs/guide-producer.md", "## In your own transaction")
