@@ -12,7 +12,7 @@ REVOKE ALL ON FUNCTION acl_require_v1(text, text[], text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION acl_validate_v1(text, text, text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION add_partitions_to_txn_v1(text, bigint, smallint, bigint, text[], integer[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION add_partitions_to_txn_v1(text, bigint, smallint, bigint, text[], integer[]) TO oncelog_client, oncelog_admin;
-REVOKE ALL ON FUNCTION append_batches_v1(bigint, smallint, text, bigint, text[], integer[], integer[], integer[], bytea[], bytea[], jsonb[], timestamp with time zone[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION append_batches_v2(bigint, smallint, text, bigint, text[], integer[], integer[], integer[], bytea[], bytea[], jsonb[], timestamp with time zone[], boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION alter_topic_config_v1(text, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION alter_topic_config_v1(text, jsonb) TO oncelog_admin;
 REVOKE ALL ON FUNCTION consistent_limits_v1(integer[], integer[], bigint[], bigint[], bigint[]) FROM PUBLIC;

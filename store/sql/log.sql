@@ -370,6 +370,7 @@ DECLARE
     v_from integer := 1;
     v_to integer;
     v_last_seq integer;
+    v_whole boolean;
     t transactions%ROWTYPE;
     r record;
     b integer;
@@ -436,6 +437,12 @@ BEGIN
         END LOOP;
         RETURN;
     END IF;
+    -- The whole transaction is in this call when the store has not seen it yet: the last one is
+    -- complete (or none was) and this is the next. txn_check_v1 below opens it (after checking the
+    -- owner and the epoch), and it commits in this database transaction: no other session can see it
+    -- open (revision 0024).
+    v_whole := t.transactional_id IS NOT NULL AND t.producer_id = p_producer_id AND t.txn_number = p_txn_number - 1
+               AND t.state IN ('Empty', 'CompleteCommit', 'CompleteAbort');
     -- The documented lock order (docs/design.md): the transactions row (held; txn_check_v1
     -- checks the owner and the epoch first, so a fenced or foreign caller locks nothing more),
     -- the group's row (txn_offset_commit_v1, which checks the member, its generation and its
@@ -460,18 +467,28 @@ BEGIN
     -- The batches in the order given (a partition's batches follow one another in sequence), then
     -- EndTxn; any error rolls all of it back, the offsets included. The set-based append takes
     -- the common case of many batches whole (revision 0023); otherwise it writes nothing and
-    -- produce_v2 decides each batch. One batch goes to produce_v2 straight away: its simpler
-    -- statements cost less than the set-based ones for a single batch.
-    IF v_batches > 1 THEN
+    -- produce_v2 decides each batch. One batch of a transaction sent earlier goes to produce_v2
+    -- straight away: its simpler statements cost less than the set-based ones for a single batch.
+    -- A whole transaction goes to the set-based append with its commit (revision 0024): the
+    -- markers and spans are written with the records, so completing it writes no record.
+    IF v_batches > 1 OR (v_whole AND v_batches > 0) THEN
         SELECT array_agg(a.base_offset ORDER BY a.b), array_agg(a.last_offset ORDER BY a.b),
                array_agg(a.log_append_time ORDER BY a.b)
         INTO base_offsets, last_offsets, log_append_times
-        FROM append_batches_v1(p_producer_id, p_producer_epoch, p_transactional_id, p_txn_number, p_topics,
+        FROM append_batches_v2(p_producer_id, p_producer_epoch, p_transactional_id, p_txn_number, p_topics,
                                p_partitions, p_base_sequences, p_counts, p_keys, p_values, p_headers,
-                               p_timestamps) WITH ORDINALITY AS a(base_offset, last_offset, log_append_time, b);
+                               p_timestamps, v_whole) WITH ORDINALITY AS a(base_offset, last_offset, log_append_time, b);
     END IF;
     IF base_offsets IS NOT NULL THEN
         duplicates := array_fill(false, ARRAY[v_batches]);
+        IF v_whole THEN
+            -- end_txn_v1's checks passed in txn_check_v1 under the lock still held, and the
+            -- transaction opened in this database transaction (its timeout cannot have passed for
+            -- anyone): only the completion is left, the pending offsets included.
+            PERFORM txn_complete_v1(p_transactional_id, true);
+            outcome := 'committed';
+            RETURN;
+        END IF;
         v_batches := 0;
     END IF;
     FOR b IN 1 .. v_batches LOOP
@@ -1023,9 +1040,9 @@ BEGIN
     -- valid (revision 0023): no subtransaction, one statement per table.
     FOR r IN
         SELECT a.base_offset, a.last_offset, a.log_append_time, a.b
-        FROM append_batches_v1(p_producer_id, p_producer_epoch, p_transactional_id, p_txn_number, p_topics,
+        FROM append_batches_v2(p_producer_id, p_producer_epoch, p_transactional_id, p_txn_number, p_topics,
                                p_partitions, p_base_sequences, p_counts, p_keys, p_values, p_headers,
-                               p_timestamps) WITH ORDINALITY AS a(base_offset, last_offset, log_append_time, b)
+                               p_timestamps, false) WITH ORDINALITY AS a(base_offset, last_offset, log_append_time, b)
         ORDER BY a.b
     LOOP
         base_offset := r.base_offset;
@@ -1110,9 +1127,9 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION producer_window_push_v1(p_producer_id bigint, p_epoch smallint, p_topic_ids integer[], p_partitions integer[], p_first_sequences integer[], p_counts integer[], p_first_offsets bigint[], p_now timestamp with time zone) IS
-  'Internal: records appended batches in the producer''s five-batch sequence window of each partition (produce_v2, append_batches_v1).';
+  'Internal: records appended batches in the producer''s five-batch sequence window of each partition (produce_v2, append_batches_v2).';
 
-CREATE OR REPLACE FUNCTION append_batches_v1(p_producer_id bigint, p_producer_epoch smallint, p_transactional_id text, p_txn_number bigint, p_topics text[], p_partitions integer[], p_base_sequences integer[], p_counts integer[], p_keys bytea[], p_values bytea[], p_headers jsonb[], p_timestamps timestamp with time zone[])
+CREATE OR REPLACE FUNCTION append_batches_v2(p_producer_id bigint, p_producer_epoch smallint, p_transactional_id text, p_txn_number bigint, p_topics text[], p_partitions integer[], p_base_sequences integer[], p_counts integer[], p_keys bytea[], p_values bytea[], p_headers jsonb[], p_timestamps timestamp with time zone[], p_commit boolean)
  RETURNS TABLE(base_offset bigint, last_offset bigint, log_append_time timestamp with time zone)
  LANGUAGE plpgsql
  SET search_path FROM CURRENT
@@ -1134,8 +1151,15 @@ AS $fn$
 -- (txn_check_v1, transactional requests) and every partition of the batches FOR NO KEY UPDATE, and
 -- has checked the request's shape: as many partitions, base sequences and counts as topics, counts
 -- >= 1 that add up to the keys, values, headers and timestamps given.
+--
+-- p_commit (revision 0024): these batches are the whole transaction, which opened in the caller's
+-- database transaction and commits in it (produce_end_txn_v2). Each partition's commit marker then
+-- goes into the same INSERT as the records, right after its batch, the partition's offset moves
+-- once, and the transaction's spans are written here; the partitions never join txn_partitions, as
+-- no other session can see the transaction open. txn_complete_v1 then finds nothing to mark.
 DECLARE
     v_txn boolean := p_transactional_id IS NOT NULL;
+    v_commit boolean := coalesce(p_commit, false);
     v_n integer := cardinality(p_topics);
     v_now timestamptz := now();
     v_topic_ids integer[];
@@ -1169,7 +1193,7 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    IF v_txn AND p_txn_number IS NULL THEN
+    IF (v_txn AND p_txn_number IS NULL) OR (v_commit AND NOT v_txn) THEN
         RETURN;
     END IF;
     -- Each batch: its topic and partition exist, it is the only batch of its partition here, and
@@ -1244,33 +1268,51 @@ BEGIN
         END IF;
     END IF;
 
-    -- Every batch's records in one INSERT: batch b's record o at offset next[b] + (o - start[b]).
+    -- Every batch's records in one INSERT: batch b's record o at offset next[b] + (o - start[b]);
+    -- with p_commit, batch b's commit marker at next[b] + count[b] in the same statement (the
+    -- statement-level checks on records run once, not twice).
     IF p_headers IS NULL AND p_timestamps IS NULL THEN
         INSERT INTO records (topic_id, partition, "offset", producer_id, producer_epoch, sequence, is_transactional,
-                             key, value, "timestamp", txn_number)
+                             control_type, key, value, "timestamp", txn_number)
         SELECT v_topic_ids[r.b], p_partitions[r.b], v_next[r.b] + r.o - v_starts[r.b], p_producer_id, p_producer_epoch,
                CASE WHEN p_producer_id IS NOT NULL
                     THEN ((p_base_sequences[r.b]::bigint + r.o - v_starts[r.b]) % 2147483648)::integer END,
-               v_txn, r.k, r.v, v_now, CASE WHEN v_txn THEN p_txn_number END
+               v_txn, NULL, r.k, r.v, v_now, CASE WHEN v_txn THEN p_txn_number END
         FROM (SELECT u.k, u.v, u.o, width_bucket(u.o, v_starts) AS b
-              FROM unnest(p_keys, p_values) WITH ORDINALITY AS u(k, v, o)) r;
+              FROM unnest(p_keys, p_values) WITH ORDINALITY AS u(k, v, o)) r
+        UNION ALL
+        SELECT v_topic_ids[m.b], p_partitions[m.b], v_next[m.b] + p_counts[m.b], p_producer_id, p_producer_epoch, NULL,
+               true, 'commit', NULL, NULL, v_now, p_txn_number
+        FROM generate_subscripts(p_topics, 1) AS m(b) WHERE v_commit;
     ELSE
         INSERT INTO records (topic_id, partition, "offset", producer_id, producer_epoch, sequence, is_transactional,
-                             key, value, headers, "timestamp", txn_number)
+                             control_type, key, value, headers, "timestamp", txn_number)
         SELECT v_topic_ids[r.b], p_partitions[r.b], v_next[r.b] + r.o - v_starts[r.b], p_producer_id, p_producer_epoch,
                CASE WHEN p_producer_id IS NOT NULL
                     THEN ((p_base_sequences[r.b]::bigint + r.o - v_starts[r.b]) % 2147483648)::integer END,
-               v_txn, r.k, r.v, r.h, coalesce(r.ts, v_now), CASE WHEN v_txn THEN p_txn_number END
+               v_txn, NULL, r.k, r.v, r.h, coalesce(r.ts, v_now), CASE WHEN v_txn THEN p_txn_number END
         FROM (SELECT u.k, u.v, u.h, u.ts, u.o, width_bucket(u.o, v_starts) AS b
               FROM unnest(p_keys, p_values,
                           coalesce(p_headers, array_fill(NULL::jsonb, ARRAY[cardinality(p_values)])),
                           coalesce(p_timestamps, array_fill(NULL::timestamptz, ARRAY[cardinality(p_values)])))
-                   WITH ORDINALITY AS u(k, v, h, ts, o)) r;
+                   WITH ORDINALITY AS u(k, v, h, ts, o)) r
+        UNION ALL
+        SELECT v_topic_ids[m.b], p_partitions[m.b], v_next[m.b] + p_counts[m.b], p_producer_id, p_producer_epoch, NULL,
+               true, 'commit', NULL, NULL, NULL, v_now, p_txn_number
+        FROM generate_subscripts(p_topics, 1) AS m(b) WHERE v_commit;
     END IF;
-    UPDATE partitions pt SET next_offset = q.next + q.cnt, log_bytes = pt.log_bytes + q.bytes
+    UPDATE partitions pt SET next_offset = q.next + q.cnt + CASE WHEN v_commit THEN 1 ELSE 0 END,
+                             log_bytes = pt.log_bytes + q.bytes
     FROM unnest(v_topic_ids, p_partitions, v_next, p_counts, v_bytes) AS q(topic_id, partition, next, cnt, bytes)
     WHERE pt.topic_id = q.topic_id AND pt.partition = q.partition;
-    IF v_txn THEN
+    IF v_commit THEN
+        -- The spans read_committed fetches test transactions against (consistent_limits_v1), as
+        -- txn_complete_v1 writes them: each batch is the whole transaction in its partition.
+        INSERT INTO txn_spans (producer_id, txn_number, topic_id, partition, first_offset, last_offset)
+        SELECT p_producer_id, p_txn_number, q.topic_id, q.partition, q.next, q.next + q.cnt - 1
+        FROM unnest(v_topic_ids, p_partitions, v_next, p_counts) AS q(topic_id, partition, next, cnt)
+        ORDER BY q.topic_id, q.partition;
+    ELSIF v_txn THEN
         -- The partitions join the transaction; a transaction's first offset in a partition holds
         -- the partition's last stable offset back.
         INSERT INTO txn_partitions AS x (transactional_id, topic_id, partition, first_offset)
@@ -1288,8 +1330,8 @@ BEGIN
     FROM unnest(v_next, p_counts) WITH ORDINALITY AS q(next, cnt, b) ORDER BY q.b;
 END
 $fn$;
-COMMENT ON FUNCTION append_batches_v1(p_producer_id bigint, p_producer_epoch smallint, p_transactional_id text, p_txn_number bigint, p_topics text[], p_partitions integer[], p_base_sequences integer[], p_counts integer[], p_keys bytea[], p_values bytea[], p_headers jsonb[], p_timestamps timestamp with time zone[]) IS
-  'Internal: appends every batch of a request (batch b: p_counts[b] records of the concatenated arrays, at p_base_sequences[b]) in one statement per table when each is new, next in sequence, valid and alone in its partition, returning one row per batch in order; otherwise no row and no write (the caller then runs produce_v2 per batch). The caller holds the transactions row (transaction open) and every partition row, in the documented order.';
+COMMENT ON FUNCTION append_batches_v2(p_producer_id bigint, p_producer_epoch smallint, p_transactional_id text, p_txn_number bigint, p_topics text[], p_partitions integer[], p_base_sequences integer[], p_counts integer[], p_keys bytea[], p_values bytea[], p_headers jsonb[], p_timestamps timestamp with time zone[], p_commit boolean) IS
+  'Internal: appends every batch of a request (batch b: p_counts[b] records of the concatenated arrays, at p_base_sequences[b]) in one statement per table when each is new, next in sequence, valid and alone in its partition, returning one row per batch in order; otherwise no row and no write (the caller then runs produce_v2 per batch). The caller holds the transactions row (transaction open) and every partition row, in the documented order. p_commit: the batches are the whole transaction, opened in this database transaction: each partition''s commit marker and the transaction''s spans are written too, and txn_partitions is left alone (the caller then completes the transaction with txn_complete_v1).';
 
 CREATE OR REPLACE FUNCTION produce_end_txn_v3(p_transactional_id text, p_producer_id bigint, p_producer_epoch smallint, p_txn_number bigint, p_topics text[], p_partitions integer[], p_base_sequences integer[], p_counts integer[], p_keys bytea[], p_values bytea[], p_headers jsonb[], p_timestamps timestamp with time zone[], p_group_id text, p_member_id text, p_group_instance_id text, p_generation integer, p_offset_topics text[], p_offset_partitions integer[], p_offsets bigint[], p_offset_metadata text[], OUT base_offsets bigint[], OUT last_offsets bigint[], OUT log_append_times timestamp with time zone[], OUT duplicates boolean[], OUT outcome text, OUT wake text[])
  RETURNS record

@@ -152,7 +152,7 @@ BEGIN
     ORDER BY pt.topic_id, pt.partition
     FOR NO KEY UPDATE OF pt;
     -- One batch per partition, records in the order they were sent, appended all at once
-    -- (append_batches_v1, revision 0023) when the transaction sent to several partitions and none
+    -- (append_batches_v2, revision 0023) when the transaction sent to several partitions and none
     -- holds more than max_batch_records. A single batch goes to produce_v2, which costs less.
     SELECT array_agg(t.name ORDER BY c.topic_id, c.partition), array_agg(c.partition ORDER BY c.topic_id, c.partition),
            array_agg(c.n ORDER BY c.topic_id, c.partition), bool_and(c.n <= s.max_batch_records)
@@ -167,8 +167,8 @@ BEGIN
         INTO v_keys, v_values, v_headers
         FROM outbox_records o WHERE o.xact_id = NEW.xact_id;
         SELECT count(*) INTO v_appended
-        FROM append_batches_v1(NULL, NULL, NULL, NULL, v_topics, v_partitions, NULL, v_counts, v_keys, v_values,
-                               v_headers, NULL);
+        FROM append_batches_v2(NULL, NULL, NULL, NULL, v_topics, v_partitions, NULL, v_counts, v_keys, v_values,
+                               v_headers, NULL, false);
     END IF;
     IF v_appended = 0 THEN
         -- One batch, larger than a batch, or not the common case: produce_v2, which also raises

@@ -386,66 +386,71 @@ BEGIN
     UPDATE transactions x SET state = CASE WHEN p_commit THEN 'PrepareCommit' ELSE 'PrepareAbort' END
     WHERE x.transactional_id = p_transactional_id;
     SELECT p.epoch INTO v_epoch FROM producers p WHERE p.producer_id = t.producer_id;
-    -- Every partition the transaction wrote to, in (topic_id, partition) order, the documented
-    -- lock order (rows are locked as the sorted scan returns them). A partition the transaction
-    -- never wrote to needs no marker. Each partition's marker goes at its next offset; the
-    -- statements below are set-based (revision 0023: one statement per table, not one per
-    -- partition), and all read that offset before the last one moves it.
-    PERFORM 1 FROM partitions pt
-    WHERE (pt.topic_id, pt.partition) IN (
-        SELECT x.topic_id, x.partition FROM txn_partitions x
-        WHERE x.transactional_id = p_transactional_id AND x.first_offset IS NOT NULL)
-    ORDER BY pt.topic_id, pt.partition
-    FOR NO KEY UPDATE;
-    IF NOT p_commit THEN
-        -- The producer has one open transaction, so its records from the first offset on are
-        -- this transaction's. Only aborts rewrite rows; commits touch no data row. One partition
-        -- at a time: each is a range scan of the records' primary key.
-        FOR tp IN
-            SELECT x.topic_id, x.partition, x.first_offset, pt.next_offset FROM txn_partitions x
-            JOIN partitions pt ON pt.topic_id = x.topic_id AND pt.partition = x.partition
-            WHERE x.transactional_id = p_transactional_id AND x.first_offset IS NOT NULL
-            ORDER BY x.topic_id, x.partition
-        LOOP
-            UPDATE records r SET aborted = true
-            WHERE r.topic_id = tp.topic_id AND r.partition = tp.partition
-              AND r."offset" >= tp.first_offset AND r."offset" < tp.next_offset
-              AND r.producer_id = t.producer_id AND r.is_transactional AND r.control_type IS NULL;
-        END LOOP;
-    END IF;
-    INSERT INTO records (topic_id, partition, "offset", producer_id, producer_epoch, is_transactional, control_type,
-                         txn_number)
-    SELECT x.topic_id, x.partition, pt.next_offset, t.producer_id, v_epoch, true,
-           CASE WHEN p_commit THEN 'commit' ELSE 'abort' END, t.txn_number
-    FROM txn_partitions x JOIN partitions pt ON pt.topic_id = x.topic_id AND pt.partition = x.partition
-    WHERE x.transactional_id = p_transactional_id AND x.first_offset IS NOT NULL
-    ORDER BY x.topic_id, x.partition;
-    IF p_commit THEN
-        -- The span read_committed fetches test transactions against (consistent_limits_v1).
-        -- Its last record is the producer's last batch here: the producer's records from the
-        -- first offset on are this transaction's (as for the abort above), and produce_v2
-        -- keeps that batch in its sequence state. A state expired meanwhile is looked up (the
-        -- CASE runs that scan only then).
-        INSERT INTO txn_spans (producer_id, txn_number, topic_id, partition, first_offset, last_offset)
-        SELECT t.producer_id, t.txn_number, x.topic_id, x.partition, x.first_offset,
-               CASE WHEN ps.last_offsets[cardinality(ps.last_offsets)] >= x.first_offset
-                         AND ps.last_offsets[cardinality(ps.last_offsets)] < pt.next_offset
-                    THEN ps.last_offsets[cardinality(ps.last_offsets)]
-                    ELSE (SELECT max(r."offset") FROM records r
-                          WHERE r.topic_id = x.topic_id AND r.partition = x.partition
-                            AND r."offset" >= x.first_offset AND r."offset" < pt.next_offset
-                            AND r.producer_id = t.producer_id AND r.is_transactional AND r.control_type IS NULL) END
-        FROM txn_partitions x
-        JOIN partitions pt ON pt.topic_id = x.topic_id AND pt.partition = x.partition
-        LEFT JOIN producer_partition_state ps
-               ON ps.producer_id = t.producer_id AND ps.topic_id = x.topic_id AND ps.partition = x.partition
+    -- A transaction that wrote no record here needs no marker (an empty one, or one whose markers
+    -- append_batches_v2 wrote with its records, revision 0024): skip the statements below.
+    PERFORM 1 FROM txn_partitions x WHERE x.transactional_id = p_transactional_id AND x.first_offset IS NOT NULL LIMIT 1;
+    IF FOUND THEN
+        -- Every partition the transaction wrote to, in (topic_id, partition) order, the documented
+        -- lock order (rows are locked as the sorted scan returns them). A partition the transaction
+        -- never wrote to needs no marker. Each partition's marker goes at its next offset; the
+        -- statements below are set-based (revision 0023: one statement per table, not one per
+        -- partition), and all read that offset before the last one moves it.
+        PERFORM 1 FROM partitions pt
+        WHERE (pt.topic_id, pt.partition) IN (
+            SELECT x.topic_id, x.partition FROM txn_partitions x
+            WHERE x.transactional_id = p_transactional_id AND x.first_offset IS NOT NULL)
+        ORDER BY pt.topic_id, pt.partition
+        FOR NO KEY UPDATE;
+        IF NOT p_commit THEN
+            -- The producer has one open transaction, so its records from the first offset on are
+            -- this transaction's. Only aborts rewrite rows; commits touch no data row. One partition
+            -- at a time: each is a range scan of the records' primary key.
+            FOR tp IN
+                SELECT x.topic_id, x.partition, x.first_offset, pt.next_offset FROM txn_partitions x
+                JOIN partitions pt ON pt.topic_id = x.topic_id AND pt.partition = x.partition
+                WHERE x.transactional_id = p_transactional_id AND x.first_offset IS NOT NULL
+                ORDER BY x.topic_id, x.partition
+            LOOP
+                UPDATE records r SET aborted = true
+                WHERE r.topic_id = tp.topic_id AND r.partition = tp.partition
+                  AND r."offset" >= tp.first_offset AND r."offset" < tp.next_offset
+                  AND r.producer_id = t.producer_id AND r.is_transactional AND r.control_type IS NULL;
+            END LOOP;
+        END IF;
+        INSERT INTO records (topic_id, partition, "offset", producer_id, producer_epoch, is_transactional, control_type,
+                             txn_number)
+        SELECT x.topic_id, x.partition, pt.next_offset, t.producer_id, v_epoch, true,
+               CASE WHEN p_commit THEN 'commit' ELSE 'abort' END, t.txn_number
+        FROM txn_partitions x JOIN partitions pt ON pt.topic_id = x.topic_id AND pt.partition = x.partition
         WHERE x.transactional_id = p_transactional_id AND x.first_offset IS NOT NULL
         ORDER BY x.topic_id, x.partition;
+        IF p_commit THEN
+            -- The span read_committed fetches test transactions against (consistent_limits_v1).
+            -- Its last record is the producer's last batch here: the producer's records from the
+            -- first offset on are this transaction's (as for the abort above), and produce_v2
+            -- keeps that batch in its sequence state. A state expired meanwhile is looked up (the
+            -- CASE runs that scan only then).
+            INSERT INTO txn_spans (producer_id, txn_number, topic_id, partition, first_offset, last_offset)
+            SELECT t.producer_id, t.txn_number, x.topic_id, x.partition, x.first_offset,
+                   CASE WHEN ps.last_offsets[cardinality(ps.last_offsets)] >= x.first_offset
+                             AND ps.last_offsets[cardinality(ps.last_offsets)] < pt.next_offset
+                        THEN ps.last_offsets[cardinality(ps.last_offsets)]
+                        ELSE (SELECT max(r."offset") FROM records r
+                              WHERE r.topic_id = x.topic_id AND r.partition = x.partition
+                                AND r."offset" >= x.first_offset AND r."offset" < pt.next_offset
+                                AND r.producer_id = t.producer_id AND r.is_transactional AND r.control_type IS NULL) END
+            FROM txn_partitions x
+            JOIN partitions pt ON pt.topic_id = x.topic_id AND pt.partition = x.partition
+            LEFT JOIN producer_partition_state ps
+                   ON ps.producer_id = t.producer_id AND ps.topic_id = x.topic_id AND ps.partition = x.partition
+            WHERE x.transactional_id = p_transactional_id AND x.first_offset IS NOT NULL
+            ORDER BY x.topic_id, x.partition;
+        END IF;
+        UPDATE partitions pt SET next_offset = pt.next_offset + 1
+        FROM txn_partitions x
+        WHERE x.transactional_id = p_transactional_id AND x.first_offset IS NOT NULL
+          AND pt.topic_id = x.topic_id AND pt.partition = x.partition;
     END IF;
-    UPDATE partitions pt SET next_offset = pt.next_offset + 1
-    FROM txn_partitions x
-    WHERE x.transactional_id = p_transactional_id AND x.first_offset IS NOT NULL
-      AND pt.topic_id = x.topic_id AND pt.partition = x.partition;
     IF p_commit THEN
         -- KIP-447: pending offsets become committed only if written after the committed ones.
         INSERT INTO committed_offsets AS c

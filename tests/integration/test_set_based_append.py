@@ -1,4 +1,4 @@
-"""The set-based append (migration 0023): ``append_batches_v1`` appends every batch of a request in one
+"""The set-based append (migration 0023): ``append_batches_v2`` appends every batch of a request in one
 statement per table, and hands anything but the common case to ``produce_v2``. Proved against
 ``produce_v2`` batch by batch: the same requests, on two topics alike, leave the same log, partition
 counters, sequence windows, transaction spans and answers. Each request also says which path it took
@@ -43,9 +43,9 @@ def _counts(conn: sa.Connection) -> dict[str, int]:
 
 
 def _paths(conn: sa.Connection, before: dict[str, int]) -> tuple[int, int]:
-    """Calls of append_batches_v1 and of produce_v2 since ``before``, in the open transaction."""
+    """Calls of append_batches_v2 and of produce_v2 since ``before``, in the open transaction."""
     now = _counts(conn)
-    return tuple(now.get(f, 0) - before.get(f, 0) for f in ("append_batches_v1", "produce_v2"))  # type: ignore[return-value]
+    return tuple(now.get(f, 0) - before.get(f, 0) for f in ("append_batches_v2", "produce_v2"))  # type: ignore[return-value]
 
 
 def _records(rng: random.Random, n: int, tag: str, *, rich: bool) -> list[RecordIn]:
@@ -294,3 +294,93 @@ def test_transactions_commit_as_produce_v2_and_end_txn_would(conn: sa.Connection
         else:
             assert _answers(got) == _answers(want)  # type: ignore[arg-type]
     assert _snapshot(conn, FAST, ids[FAST].producer_id) == _snapshot(conn, REF, ids[REF].producer_id)
+
+
+def _history(conn: sa.Connection, tid: str) -> list[tuple[Any, ...]]:
+    rows = conn.exec_driver_sql(
+        "SELECT txn_number, from_state, to_state FROM txn_history WHERE transactional_id = %(t)s ORDER BY id",
+        {"t": tid},
+    ).all()
+    return [tuple(row) for row in rows]
+
+
+def test_whole_transactions_commit_with_their_markers_as_end_txn_would(conn: sa.Connection) -> None:
+    """A transaction sent whole with its commit (revision 0024: its markers and spans written with
+    its records, no txn_partitions row) leaves what produce_v2 and EndTxn leave for the same
+    batches: records, markers, spans, windows, partition counters and the transaction's journal.
+    One batch, many, rich records; a whole transaction that is not the common case (a partition
+    twice) falls back to produce_v2 and end_txn_v1; a transaction sent earlier takes the old way."""
+    rng = random.Random(2024)
+    ids = {}
+    for topic in (FAST, REF):
+        ids[topic] = txn.init_producer_id(conn, transactional_id=f"tid-{topic}", transaction_timeout_ms=60_000)
+    conn.commit()
+    f, r = ids[FAST], ids[REF]
+    sequences = dict.fromkeys(range(PARTITIONS), 0)
+    for n in range(1, 10):
+        if n in (2, 7):  # one batch
+            p = rng.randrange(PARTITIONS)
+            count = rng.choice((1, 5))
+            batches = [ProduceBatch("", p, sequences[p], _records(rng, count, f"w{n}", rich=n == 7))]
+            sequences[p] += count
+        elif n == 5:  # partition 0 twice: not the common case
+            batches = []
+            for _ in range(2):
+                batches.append(ProduceBatch("", 0, sequences[0], _records(rng, 3, f"w{n}", rich=False)))
+                sequences[0] += 3
+        else:
+            batches = _request(rng, n, sequences)
+        before = _counts(conn)
+        result = log.produce_offsets_end_txn(
+            conn,
+            transactional_id="tid-fast",
+            producer_id=f.producer_id,
+            producer_epoch=f.epoch,
+            txn_number=f.txn_number + n,
+            batches=_on(FAST, batches),
+        )
+        now = _counts(conn)
+        calls = {fn: now.get(fn, 0) - before.get(fn, 0) for fn in ("append_batches_v2", "produce_v2", "end_txn_v1")}
+        if n == 5:
+            assert calls == {"append_batches_v2": 1, "produce_v2": 2, "end_txn_v1": 1}
+        else:
+            assert calls == {"append_batches_v2": 1, "produce_v2": 0, "end_txn_v1": 0}
+        conn.commit()
+        assert result.outcome == "committed"
+        want = [
+            log.produce(
+                conn,
+                topic=REF,
+                partition=b.partition,
+                records=b.records,
+                producer_id=r.producer_id,
+                producer_epoch=r.epoch,
+                base_sequence=b.base_sequence,
+                transactional_id="tid-ref",
+                txn_number=r.txn_number + n,
+            )
+            for b in batches
+        ]
+        txn.end_txn(
+            conn, transactional_id="tid-ref", producer_id=r.producer_id, epoch=r.epoch, txn_number=r.txn_number + n,
+            commit=True,
+        )  # fmt: skip
+        conn.commit()
+        assert [(b.base_offset, b.last_offset, b.duplicate) for b in result.results] == _answers(want)  # type: ignore[arg-type]
+        # A retry of the whole call is answered from the sequence state, the same offsets.
+        retry = log.produce_offsets_end_txn(
+            conn,
+            transactional_id="tid-fast",
+            producer_id=f.producer_id,
+            producer_epoch=f.epoch,
+            txn_number=f.txn_number + n,
+            batches=_on(FAST, batches),
+        )
+        conn.commit()
+        assert retry.outcome == "already_committed"
+        assert [(b.base_offset, b.last_offset) for b in retry.results] == [
+            (b.base_offset, b.last_offset) for b in result.results
+        ]
+        assert conn.exec_driver_sql("SELECT count(*) FROM txn_partitions").scalar() == 0
+    assert _snapshot(conn, FAST, f.producer_id) == _snapshot(conn, REF, r.producer_id)
+    assert _history(conn, "tid-fast") == _history(conn, "tid-ref")
