@@ -19,8 +19,20 @@ txn_complete_v1 skips its marker, span and offset statements when the transactio
 through txn_partitions (an empty transaction, or one whose markers are already written).
 produce_batches_v1 and outbox_flush_v1 call append_batches_v2 without the commit.
 
-Measured on the embedded server (store call, 10 records, 600 calls, three alternating runs): p50
-4.3 -> 3.5 ms over 4 partitions, 3.5 -> 3.1 ms on one.
+Without consumer offsets, such a transaction is not even opened first: produce_end_txn_v2 checks
+the owner and the epoch under the producer row's lock (as txn_check_v1 would, before any partition
+is locked), appends, and moves the transactions row from its last state to CompleteCommit with the
+next number in one update. txn_transition_v1 allows that step only with the next number and the
+same producer, and journals it as the three steps it stands for (Ongoing, PrepareCommit,
+CompleteCommit), so txn_history reads as before. Likewise txn_complete_v1 moves Ongoing to
+CompleteCommit or CompleteAbort in one update, journaled through PrepareCommit or PrepareAbort: the
+Prepare states never outlived the database transaction that set them. Each update of that row
+costs about 0.2 ms of server time (its checks, the trigger, the journal row).
+
+Measured on the embedded server (store call, 10 records, 1000 calls): server CPU per commit
+2.7 -> 2.0-2.4 ms on 4 partitions (p50 4.3 -> 2.9-3.3 ms); pg_stat_statements and perf show the
+rest spread over about 20 statements, each paying its executor start and its table's CHECK
+constraints.
 """
 
 from __future__ import annotations

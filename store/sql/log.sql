@@ -371,6 +371,7 @@ DECLARE
     v_to integer;
     v_last_seq integer;
     v_whole boolean;
+    v_direct boolean := false;
     t transactions%ROWTYPE;
     r record;
     b integer;
@@ -438,23 +439,35 @@ BEGIN
         RETURN;
     END IF;
     -- The whole transaction is in this call when the store has not seen it yet: the last one is
-    -- complete (or none was) and this is the next. txn_check_v1 below opens it (after checking the
-    -- owner and the epoch), and it commits in this database transaction: no other session can see it
-    -- open (revision 0024).
+    -- complete (or none was) and this is the next. It opens and commits in this database
+    -- transaction, so no other session can see it open (revision 0024).
     v_whole := t.transactional_id IS NOT NULL AND t.producer_id = p_producer_id AND t.txn_number = p_txn_number - 1
-               AND t.state IN ('Empty', 'CompleteCommit', 'CompleteAbort');
+               AND t.state IN ('Empty', 'CompleteCommit', 'CompleteAbort') AND v_batches > 0;
     -- The documented lock order (docs/design.md): the transactions row (held; txn_check_v1
     -- checks the owner and the epoch first, so a fenced or foreign caller locks nothing more),
     -- the group's row (txn_offset_commit_v1, which checks the member, its generation and its
     -- partitions under it), the producer row, then every partition the commit writes to (the
     -- transaction's and these batches') in (topic_id, partition) order.
-    PERFORM txn_check_v1(p_transactional_id, p_producer_id, p_producer_epoch, p_txn_number, true);
-    IF p_group_id IS NOT NULL THEN
-        PERFORM txn_offset_commit_v1(p_transactional_id, p_producer_id, p_producer_epoch, p_txn_number, p_group_id,
-                                     p_member_id, p_group_instance_id, p_generation, p_offset_topics,
-                                     p_offset_partitions, p_offsets, p_offset_metadata);
+    IF v_whole AND p_group_id IS NULL THEN
+        -- Without offsets nothing needs the transaction open before its records are in: it is
+        -- opened and completed by one update of its row after the append (the journal still
+        -- shows every step, txn_transition_v1). The owner and the epoch are checked first, as
+        -- txn_check_v1 checks them, under the producer row's lock (the next in the order; the
+        -- owner in the WHERE clause, so another principal's row is never locked). For anything
+        -- else txn_check_v1 runs below and decides.
+        SELECT p.epoch = p_producer_epoch INTO v_direct
+        FROM producers p WHERE p.producer_id = p_producer_id AND p.owner = acl_caller_v1() FOR SHARE;
+        v_direct := coalesce(v_direct, false);
     END IF;
-    PERFORM 1 FROM producers p WHERE p.producer_id = p_producer_id FOR SHARE;
+    IF NOT v_direct THEN
+        PERFORM txn_check_v1(p_transactional_id, p_producer_id, p_producer_epoch, p_txn_number, true);
+        IF p_group_id IS NOT NULL THEN
+            PERFORM txn_offset_commit_v1(p_transactional_id, p_producer_id, p_producer_epoch, p_txn_number, p_group_id,
+                                         p_member_id, p_group_instance_id, p_generation, p_offset_topics,
+                                         p_offset_partitions, p_offsets, p_offset_metadata);
+        END IF;
+        PERFORM 1 FROM producers p WHERE p.producer_id = p_producer_id FOR SHARE;
+    END IF;
     -- Rows are locked as the sorted scan returns them (the lock sits above the sort in the plan).
     PERFORM 1 FROM partitions pt
     WHERE (pt.topic_id, pt.partition) IN (
@@ -481,7 +494,13 @@ BEGIN
     END IF;
     IF base_offsets IS NOT NULL THEN
         duplicates := array_fill(false, ARRAY[v_batches]);
-        IF v_whole THEN
+        IF v_direct THEN
+            -- Empty or complete to CompleteCommit with the next number: opened and committed.
+            UPDATE transactions x SET state = 'CompleteCommit', txn_number = p_txn_number
+            WHERE x.transactional_id = p_transactional_id;
+            outcome := 'committed';
+            RETURN;
+        ELSIF v_whole THEN
             -- end_txn_v1's checks passed in txn_check_v1 under the lock still held, and the
             -- transaction opened in this database transaction (its timeout cannot have passed for
             -- anyone): only the completion is left, the pending offsets included.
@@ -490,6 +509,9 @@ BEGIN
             RETURN;
         END IF;
         v_batches := 0;
+    ELSIF v_direct THEN
+        -- Not the common case: the batches go to produce_v2 in a transaction opened as usual.
+        PERFORM txn_check_v1(p_transactional_id, p_producer_id, p_producer_epoch, p_txn_number, true);
     END IF;
     FOR b IN 1 .. v_batches LOOP
         v_to := v_from + p_counts[b] - 1;

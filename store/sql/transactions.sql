@@ -383,8 +383,6 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'OL303',
             MESSAGE = format('transaction of %L is %s, not Ongoing', p_transactional_id, t.state);
     END IF;
-    UPDATE transactions x SET state = CASE WHEN p_commit THEN 'PrepareCommit' ELSE 'PrepareAbort' END
-    WHERE x.transactional_id = p_transactional_id;
     SELECT p.epoch INTO v_epoch FROM producers p WHERE p.producer_id = t.producer_id;
     -- A transaction that wrote no record here needs no marker (an empty one, or one whose markers
     -- append_batches_v2 wrote with its records, revision 0024): skip the statements below.
@@ -469,6 +467,8 @@ BEGIN
     END IF;
     DELETE FROM pending_offsets po WHERE po.transactional_id = p_transactional_id;
     DELETE FROM txn_partitions x WHERE x.transactional_id = p_transactional_id;
+    -- Ongoing to Complete in one update (revision 0024): txn_transition_v1 journals it as Kafka's
+    -- two steps, through PrepareCommit or PrepareAbort, which no other session could see anyway.
     UPDATE transactions x
     SET state = CASE WHEN p_commit THEN 'CompleteCommit' ELSE 'CompleteAbort' END, txn_started_at = NULL
     WHERE x.transactional_id = p_transactional_id;
@@ -519,6 +519,8 @@ CREATE OR REPLACE FUNCTION txn_transition_v1()
 AS $fn$
 DECLARE
     v_epoch smallint;
+    v_prepare text;
+    v_whole boolean := false;
 BEGIN
     IF TG_OP = 'INSERT' THEN
         IF NEW.state <> 'Empty' THEN
@@ -526,9 +528,16 @@ BEGIN
                 MESSAGE = format('transactional id %L must start in state Empty, not %s',
                                  NEW.transactional_id, NEW.state);
         END IF;
-    ELSIF (OLD.state, NEW.state) NOT IN (
+    ELSE
+        -- A whole transaction opened and committed by one update (produce_end_txn_v2, revision
+        -- 0024): the next number, the same producer, from a state a transaction may open from.
+        v_whole := OLD.state IN ('Empty', 'CompleteCommit', 'CompleteAbort') AND NEW.state = 'CompleteCommit'
+                   AND NEW.txn_number = OLD.txn_number + 1 AND NEW.producer_id = OLD.producer_id;
+    END IF;
+    IF TG_OP = 'UPDATE' AND NOT v_whole AND (OLD.state, NEW.state) NOT IN (
         ('Empty', 'Empty'), ('Empty', 'Ongoing'), ('Empty', 'Dead'),
         ('Ongoing', 'Ongoing'), ('Ongoing', 'PrepareCommit'), ('Ongoing', 'PrepareAbort'),
+        ('Ongoing', 'CompleteCommit'), ('Ongoing', 'CompleteAbort'),
         ('PrepareCommit', 'CompleteCommit'), ('PrepareAbort', 'CompleteAbort'),
         ('CompleteCommit', 'Empty'), ('CompleteCommit', 'Ongoing'), ('CompleteCommit', 'Dead'),
         ('CompleteAbort', 'Empty'), ('CompleteAbort', 'Ongoing'), ('CompleteAbort', 'Dead'),
@@ -545,14 +554,29 @@ BEGIN
                              NEW.producer_id, NEW.transactional_id);
     END IF;
     NEW.updated_at := now();
-    INSERT INTO txn_history (transactional_id, producer_id, producer_epoch, txn_number, from_state, to_state)
-    VALUES (NEW.transactional_id, NEW.producer_id, v_epoch, NEW.txn_number,
-            CASE WHEN TG_OP = 'UPDATE' THEN OLD.state END, NEW.state);
+    IF v_whole THEN
+        -- Journaled as the three steps it stands for.
+        INSERT INTO txn_history (transactional_id, producer_id, producer_epoch, txn_number, from_state, to_state)
+        VALUES (NEW.transactional_id, NEW.producer_id, v_epoch, NEW.txn_number, OLD.state, 'Ongoing'),
+               (NEW.transactional_id, NEW.producer_id, v_epoch, NEW.txn_number, 'Ongoing', 'PrepareCommit'),
+               (NEW.transactional_id, NEW.producer_id, v_epoch, NEW.txn_number, 'PrepareCommit', 'CompleteCommit');
+    ELSIF TG_OP = 'UPDATE' AND OLD.state = 'Ongoing' AND NEW.state IN ('CompleteCommit', 'CompleteAbort') THEN
+        -- EndTxn's two steps in one update (txn_complete_v1, revision 0024), journaled as two: the
+        -- Prepare state lived only inside this database transaction.
+        v_prepare := CASE WHEN NEW.state = 'CompleteCommit' THEN 'PrepareCommit' ELSE 'PrepareAbort' END;
+        INSERT INTO txn_history (transactional_id, producer_id, producer_epoch, txn_number, from_state, to_state)
+        VALUES (NEW.transactional_id, NEW.producer_id, v_epoch, NEW.txn_number, 'Ongoing', v_prepare),
+               (NEW.transactional_id, NEW.producer_id, v_epoch, NEW.txn_number, v_prepare, NEW.state);
+    ELSE
+        INSERT INTO txn_history (transactional_id, producer_id, producer_epoch, txn_number, from_state, to_state)
+        VALUES (NEW.transactional_id, NEW.producer_id, v_epoch, NEW.txn_number,
+                CASE WHEN TG_OP = 'UPDATE' THEN OLD.state END, NEW.state);
+    END IF;
     RETURN NEW;
 END
 $fn$;
 COMMENT ON FUNCTION txn_transition_v1() IS
-  'Trigger: refuses illegal coordinator state transitions (SQLSTATE OL303) and appends every transition to txn_history.';
+  'Trigger: refuses illegal coordinator state transitions (SQLSTATE OL303) and appends every transition to txn_history. Two updates stand for several steps and are journaled as such: Ongoing to CompleteCommit or CompleteAbort (through PrepareCommit or PrepareAbort), and Empty, CompleteCommit or CompleteAbort to CompleteCommit with the next transaction number (a whole transaction opened and committed at once: through Ongoing and PrepareCommit).';
 
 CREATE OR REPLACE FUNCTION txn_history_guard_v1()
  RETURNS trigger

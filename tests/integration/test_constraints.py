@@ -109,6 +109,50 @@ def test_journal_state_machine_is_enforced(conn: sa.Connection) -> None:
     ]
 
 
+def test_journal_takes_the_one_update_steps_only_as_they_stand(conn: sa.Connection) -> None:
+    """Revision 0024's two composite steps: Ongoing to Complete in one update, and a whole
+    transaction opened and committed in one (the next number, the same producer only). Each is
+    journaled as the steps it stands for; every other skip is still refused."""
+    pid = _insert_producer(conn, "tx-1")
+    other = _insert_producer(conn, "tx-2")
+    conn.execute(
+        sa.text("INSERT INTO transactions (transactional_id, producer_id) VALUES ('tx-1', :p)"), {"p": pid}
+    )
+    conn.commit()
+    # Empty to CompleteCommit: only with the next transaction number.
+    _fails(conn, "UPDATE transactions SET state = 'CompleteCommit'", "OL303")
+    _fails(conn, "UPDATE transactions SET state = 'CompleteCommit', txn_number = txn_number + 2", "OL303")
+    _fails(conn, "UPDATE transactions SET state = 'CompleteAbort', txn_number = txn_number + 1", "OL303")
+    _fails(
+        conn,
+        f"UPDATE transactions SET state = 'CompleteCommit', txn_number = txn_number + 1, producer_id = {other}",
+        "OL303",
+    )
+    conn.exec_driver_sql("UPDATE transactions SET state = 'CompleteCommit', txn_number = txn_number + 1")
+    conn.commit()
+    # CompleteCommit to itself: again only with the next number.
+    _fails(conn, "UPDATE transactions SET state = 'CompleteCommit'", "OL303")
+    conn.exec_driver_sql("UPDATE transactions SET state = 'CompleteCommit', txn_number = txn_number + 1")
+    conn.exec_driver_sql("UPDATE transactions SET state = 'Ongoing', txn_number = 3, txn_started_at = now()")
+    conn.exec_driver_sql("UPDATE transactions SET state = 'CompleteAbort', txn_started_at = NULL")
+    conn.commit()
+    history = conn.exec_driver_sql(
+        "SELECT txn_number, from_state, to_state FROM txn_history WHERE transactional_id = 'tx-1' ORDER BY id"
+    ).all()
+    assert [tuple(r) for r in history] == [
+        (0, None, "Empty"),
+        (1, "Empty", "Ongoing"),
+        (1, "Ongoing", "PrepareCommit"),
+        (1, "PrepareCommit", "CompleteCommit"),
+        (2, "CompleteCommit", "Ongoing"),
+        (2, "Ongoing", "PrepareCommit"),
+        (2, "PrepareCommit", "CompleteCommit"),
+        (3, "CompleteCommit", "Ongoing"),
+        (3, "Ongoing", "PrepareAbort"),
+        (3, "PrepareAbort", "CompleteAbort"),
+    ]
+
+
 def test_journal_must_start_empty(conn: sa.Connection) -> None:
     pid = _insert_producer(conn, "tx-1")
     conn.commit()

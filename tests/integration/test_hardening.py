@@ -21,7 +21,7 @@ import sqlalchemy as sa
 
 from oncelog import Admin, Consumer, Producer, TopicPartition, errors
 from oncelog.store import groups, log, txn
-from oncelog.store.records import RecordIn
+from oncelog.store.records import ProduceBatch, RecordIn
 from tests.support.logcheck import wait_until
 from tests.support.roles import Principal, client_principal
 
@@ -148,6 +148,39 @@ def test_a_transactional_id_is_held_by_its_principal(victim: Principal, attacker
             log.produce, topic=TOPIC, partition=0, records=_batch(1), producer_id=ident.producer_id,
             producer_epoch=ident.epoch, base_sequence=2, transactional_id="victim-tx", txn_number=taken.txn_number + 1,
         )  # fmt: skip
+
+
+def test_a_whole_transaction_is_refused_to_another_principal_and_to_a_zombie(
+    victim: Principal, attacker: Principal, engine: sa.Engine
+) -> None:
+    """Revision 0024: a transaction sent whole with its commit is opened and committed in one
+    update, after an owner and epoch check of its own. Another principal naming the victim's
+    identity, and the victim's own fenced instance, are still refused as txn_check_v1 refuses them
+    (fenced, nothing about the epoch), and nothing is written."""
+    first = victim.call(txn.init_producer_id, transactional_id="whole-tx", transaction_timeout_ms=60_000)
+    batches = [ProduceBatch(TOPIC, p, 0, _batch(2, b"forged")) for p in (0, 1)]
+    with pytest.raises(errors.ProducerFencedError) as info:
+        attacker.call(
+            log.produce_offsets_end_txn, transactional_id="whole-tx", producer_id=first.producer_id,
+            producer_epoch=first.epoch, txn_number=first.txn_number + 1, batches=batches,
+        )  # fmt: skip
+    assert "epoch" not in info.value.message
+    # A second instance fences the first; the first's whole transaction is refused.
+    second = victim.call(txn.init_producer_id, transactional_id="whole-tx", transaction_timeout_ms=60_000)
+    assert second.producer_id == first.producer_id and second.epoch == first.epoch + 1
+    with pytest.raises(errors.ProducerFencedError):
+        victim.call(
+            log.produce_offsets_end_txn, transactional_id="whole-tx", producer_id=first.producer_id,
+            producer_epoch=first.epoch, txn_number=second.txn_number + 1, batches=batches,
+        )  # fmt: skip
+    assert _log(engine, 0) == [] and _log(engine, 1) == []
+    done = victim.call(
+        log.produce_offsets_end_txn, transactional_id="whole-tx", producer_id=second.producer_id,
+        producer_epoch=second.epoch, txn_number=second.txn_number + 1,
+        batches=[ProduceBatch(TOPIC, p, 0, _batch(2)) for p in (0, 1)],
+    )  # fmt: skip
+    assert done.outcome == "committed"
+    assert [v for _, v, _ in _log(engine, 0)] == [b"v0", b"v1"] == [v for _, v, _ in _log(engine, 1)]
 
 
 def test_the_producer_api_recovers_from_another_principals_bumps(

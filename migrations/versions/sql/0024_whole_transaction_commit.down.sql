@@ -697,3 +697,45 @@ $function$;
 COMMENT ON FUNCTION txn_complete_v1(text, boolean) IS 'Internal: commits or aborts the Ongoing transaction (markers on every written partition, pending offsets applied or dropped, aborted records flagged) in the caller''s database transaction.';
 
 REVOKE ALL ON FUNCTION txn_complete_v1(text, boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION txn_transition_v1()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    v_epoch smallint;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        IF NEW.state <> 'Empty' THEN
+            RAISE EXCEPTION USING ERRCODE = 'OL303',
+                MESSAGE = format('transactional id %L must start in state Empty, not %s',
+                                 NEW.transactional_id, NEW.state);
+        END IF;
+    ELSIF (OLD.state, NEW.state) NOT IN (
+        ('Empty', 'Empty'), ('Empty', 'Ongoing'), ('Empty', 'Dead'),
+        ('Ongoing', 'Ongoing'), ('Ongoing', 'PrepareCommit'), ('Ongoing', 'PrepareAbort'),
+        ('PrepareCommit', 'CompleteCommit'), ('PrepareAbort', 'CompleteAbort'),
+        ('CompleteCommit', 'Empty'), ('CompleteCommit', 'Ongoing'), ('CompleteCommit', 'Dead'),
+        ('CompleteAbort', 'Empty'), ('CompleteAbort', 'Ongoing'), ('CompleteAbort', 'Dead'),
+        ('Dead', 'Empty')
+    ) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL303',
+            MESSAGE = format('illegal transaction state transition %s -> %s for transactional id %L',
+                             OLD.state, NEW.state, NEW.transactional_id);
+    END IF;
+    SELECT epoch INTO v_epoch FROM producers WHERE producer_id = NEW.producer_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL302',
+            MESSAGE = format('producer id %s of transactional id %L does not exist',
+                             NEW.producer_id, NEW.transactional_id);
+    END IF;
+    NEW.updated_at := now();
+    INSERT INTO txn_history (transactional_id, producer_id, producer_epoch, txn_number, from_state, to_state)
+    VALUES (NEW.transactional_id, NEW.producer_id, v_epoch, NEW.txn_number,
+            CASE WHEN TG_OP = 'UPDATE' THEN OLD.state END, NEW.state);
+    RETURN NEW;
+END
+$function$;
+
+COMMENT ON FUNCTION txn_transition_v1() IS 'Trigger: refuses illegal coordinator state transitions (SQLSTATE OL303) and appends every transition to txn_history.';

@@ -459,6 +459,7 @@ DECLARE
     v_to integer;
     v_last_seq integer;
     v_whole boolean;
+    v_direct boolean := false;
     t transactions%ROWTYPE;
     r record;
     b integer;
@@ -526,23 +527,35 @@ BEGIN
         RETURN;
     END IF;
     -- The whole transaction is in this call when the store has not seen it yet: the last one is
-    -- complete (or none was) and this is the next. txn_check_v1 below opens it (after checking the
-    -- owner and the epoch), and it commits in this database transaction: no other session can see it
-    -- open (revision 0024).
+    -- complete (or none was) and this is the next. It opens and commits in this database
+    -- transaction, so no other session can see it open (revision 0024).
     v_whole := t.transactional_id IS NOT NULL AND t.producer_id = p_producer_id AND t.txn_number = p_txn_number - 1
-               AND t.state IN ('Empty', 'CompleteCommit', 'CompleteAbort');
+               AND t.state IN ('Empty', 'CompleteCommit', 'CompleteAbort') AND v_batches > 0;
     -- The documented lock order (docs/design.md): the transactions row (held; txn_check_v1
     -- checks the owner and the epoch first, so a fenced or foreign caller locks nothing more),
     -- the group's row (txn_offset_commit_v1, which checks the member, its generation and its
     -- partitions under it), the producer row, then every partition the commit writes to (the
     -- transaction's and these batches') in (topic_id, partition) order.
-    PERFORM txn_check_v1(p_transactional_id, p_producer_id, p_producer_epoch, p_txn_number, true);
-    IF p_group_id IS NOT NULL THEN
-        PERFORM txn_offset_commit_v1(p_transactional_id, p_producer_id, p_producer_epoch, p_txn_number, p_group_id,
-                                     p_member_id, p_group_instance_id, p_generation, p_offset_topics,
-                                     p_offset_partitions, p_offsets, p_offset_metadata);
+    IF v_whole AND p_group_id IS NULL THEN
+        -- Without offsets nothing needs the transaction open before its records are in: it is
+        -- opened and completed by one update of its row after the append (the journal still
+        -- shows every step, txn_transition_v1). The owner and the epoch are checked first, as
+        -- txn_check_v1 checks them, under the producer row's lock (the next in the order; the
+        -- owner in the WHERE clause, so another principal's row is never locked). For anything
+        -- else txn_check_v1 runs below and decides.
+        SELECT p.epoch = p_producer_epoch INTO v_direct
+        FROM producers p WHERE p.producer_id = p_producer_id AND p.owner = acl_caller_v1() FOR SHARE;
+        v_direct := coalesce(v_direct, false);
     END IF;
-    PERFORM 1 FROM producers p WHERE p.producer_id = p_producer_id FOR SHARE;
+    IF NOT v_direct THEN
+        PERFORM txn_check_v1(p_transactional_id, p_producer_id, p_producer_epoch, p_txn_number, true);
+        IF p_group_id IS NOT NULL THEN
+            PERFORM txn_offset_commit_v1(p_transactional_id, p_producer_id, p_producer_epoch, p_txn_number, p_group_id,
+                                         p_member_id, p_group_instance_id, p_generation, p_offset_topics,
+                                         p_offset_partitions, p_offsets, p_offset_metadata);
+        END IF;
+        PERFORM 1 FROM producers p WHERE p.producer_id = p_producer_id FOR SHARE;
+    END IF;
     -- Rows are locked as the sorted scan returns them (the lock sits above the sort in the plan).
     PERFORM 1 FROM partitions pt
     WHERE (pt.topic_id, pt.partition) IN (
@@ -569,7 +582,13 @@ BEGIN
     END IF;
     IF base_offsets IS NOT NULL THEN
         duplicates := array_fill(false, ARRAY[v_batches]);
-        IF v_whole THEN
+        IF v_direct THEN
+            -- Empty or complete to CompleteCommit with the next number: opened and committed.
+            UPDATE transactions x SET state = 'CompleteCommit', txn_number = p_txn_number
+            WHERE x.transactional_id = p_transactional_id;
+            outcome := 'committed';
+            RETURN;
+        ELSIF v_whole THEN
             -- end_txn_v1's checks passed in txn_check_v1 under the lock still held, and the
             -- transaction opened in this database transaction (its timeout cannot have passed for
             -- anyone): only the completion is left, the pending offsets included.
@@ -578,6 +597,9 @@ BEGIN
             RETURN;
         END IF;
         v_batches := 0;
+    ELSIF v_direct THEN
+        -- Not the common case: the batches go to produce_v2 in a transaction opened as usual.
+        PERFORM txn_check_v1(p_transactional_id, p_producer_id, p_producer_epoch, p_txn_number, true);
     END IF;
     FOR b IN 1 .. v_batches LOOP
         v_to := v_from + p_counts[b] - 1;
@@ -649,8 +671,6 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'OL303',
             MESSAGE = format('transaction of %L is %s, not Ongoing', p_transactional_id, t.state);
     END IF;
-    UPDATE transactions x SET state = CASE WHEN p_commit THEN 'PrepareCommit' ELSE 'PrepareAbort' END
-    WHERE x.transactional_id = p_transactional_id;
     SELECT p.epoch INTO v_epoch FROM producers p WHERE p.producer_id = t.producer_id;
     -- A transaction that wrote no record here needs no marker (an empty one, or one whose markers
     -- append_batches_v2 wrote with its records, revision 0024): skip the statements below.
@@ -735,6 +755,8 @@ BEGIN
     END IF;
     DELETE FROM pending_offsets po WHERE po.transactional_id = p_transactional_id;
     DELETE FROM txn_partitions x WHERE x.transactional_id = p_transactional_id;
+    -- Ongoing to Complete in one update (revision 0024): txn_transition_v1 journals it as Kafka's
+    -- two steps, through PrepareCommit or PrepareAbort, which no other session could see anyway.
     UPDATE transactions x
     SET state = CASE WHEN p_commit THEN 'CompleteCommit' ELSE 'CompleteAbort' END, txn_started_at = NULL
     WHERE x.transactional_id = p_transactional_id;
@@ -744,3 +766,69 @@ $function$;
 COMMENT ON FUNCTION txn_complete_v1(text, boolean) IS 'Internal: commits or aborts the Ongoing transaction (markers on every written partition, pending offsets applied or dropped, aborted records flagged) in the caller''s database transaction.';
 
 REVOKE ALL ON FUNCTION txn_complete_v1(text, boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION txn_transition_v1()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    v_epoch smallint;
+    v_prepare text;
+    v_whole boolean := false;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        IF NEW.state <> 'Empty' THEN
+            RAISE EXCEPTION USING ERRCODE = 'OL303',
+                MESSAGE = format('transactional id %L must start in state Empty, not %s',
+                                 NEW.transactional_id, NEW.state);
+        END IF;
+    ELSE
+        -- A whole transaction opened and committed by one update (produce_end_txn_v2, revision
+        -- 0024): the next number, the same producer, from a state a transaction may open from.
+        v_whole := OLD.state IN ('Empty', 'CompleteCommit', 'CompleteAbort') AND NEW.state = 'CompleteCommit'
+                   AND NEW.txn_number = OLD.txn_number + 1 AND NEW.producer_id = OLD.producer_id;
+    END IF;
+    IF TG_OP = 'UPDATE' AND NOT v_whole AND (OLD.state, NEW.state) NOT IN (
+        ('Empty', 'Empty'), ('Empty', 'Ongoing'), ('Empty', 'Dead'),
+        ('Ongoing', 'Ongoing'), ('Ongoing', 'PrepareCommit'), ('Ongoing', 'PrepareAbort'),
+        ('Ongoing', 'CompleteCommit'), ('Ongoing', 'CompleteAbort'),
+        ('PrepareCommit', 'CompleteCommit'), ('PrepareAbort', 'CompleteAbort'),
+        ('CompleteCommit', 'Empty'), ('CompleteCommit', 'Ongoing'), ('CompleteCommit', 'Dead'),
+        ('CompleteAbort', 'Empty'), ('CompleteAbort', 'Ongoing'), ('CompleteAbort', 'Dead'),
+        ('Dead', 'Empty')
+    ) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL303',
+            MESSAGE = format('illegal transaction state transition %s -> %s for transactional id %L',
+                             OLD.state, NEW.state, NEW.transactional_id);
+    END IF;
+    SELECT epoch INTO v_epoch FROM producers WHERE producer_id = NEW.producer_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL302',
+            MESSAGE = format('producer id %s of transactional id %L does not exist',
+                             NEW.producer_id, NEW.transactional_id);
+    END IF;
+    NEW.updated_at := now();
+    IF v_whole THEN
+        -- Journaled as the three steps it stands for.
+        INSERT INTO txn_history (transactional_id, producer_id, producer_epoch, txn_number, from_state, to_state)
+        VALUES (NEW.transactional_id, NEW.producer_id, v_epoch, NEW.txn_number, OLD.state, 'Ongoing'),
+               (NEW.transactional_id, NEW.producer_id, v_epoch, NEW.txn_number, 'Ongoing', 'PrepareCommit'),
+               (NEW.transactional_id, NEW.producer_id, v_epoch, NEW.txn_number, 'PrepareCommit', 'CompleteCommit');
+    ELSIF TG_OP = 'UPDATE' AND OLD.state = 'Ongoing' AND NEW.state IN ('CompleteCommit', 'CompleteAbort') THEN
+        -- EndTxn's two steps in one update (txn_complete_v1, revision 0024), journaled as two: the
+        -- Prepare state lived only inside this database transaction.
+        v_prepare := CASE WHEN NEW.state = 'CompleteCommit' THEN 'PrepareCommit' ELSE 'PrepareAbort' END;
+        INSERT INTO txn_history (transactional_id, producer_id, producer_epoch, txn_number, from_state, to_state)
+        VALUES (NEW.transactional_id, NEW.producer_id, v_epoch, NEW.txn_number, 'Ongoing', v_prepare),
+               (NEW.transactional_id, NEW.producer_id, v_epoch, NEW.txn_number, v_prepare, NEW.state);
+    ELSE
+        INSERT INTO txn_history (transactional_id, producer_id, producer_epoch, txn_number, from_state, to_state)
+        VALUES (NEW.transactional_id, NEW.producer_id, v_epoch, NEW.txn_number,
+                CASE WHEN TG_OP = 'UPDATE' THEN OLD.state END, NEW.state);
+    END IF;
+    RETURN NEW;
+END
+$function$;
+
+COMMENT ON FUNCTION txn_transition_v1() IS 'Trigger: refuses illegal coordinator state transitions (SQLSTATE OL303) and appends every transition to txn_history. Two updates stand for several steps and are journaled as such: Ongoing to CompleteCommit or CompleteAbort (through PrepareCommit or PrepareAbort), and Empty, CompleteCommit or CompleteAbort to CompleteCommit with the next transaction number (a whole transaction opened and committed at once: through Ongoing and PrepareCommit).';
