@@ -1180,6 +1180,13 @@ def pipeline_latency_section(res: dict[str, Any]) -> list[str]:
             f"| {times(r['p50_ms'], notify['p50_ms'])} | {times(r['p99_ms'], notify['p99_ms'])} |"
         )
     lines.append("")
+    if notify["p50_ms"] <= 0:
+        lines += [
+            "Both are timed from the moment the writer's commit call returned. A raw NOTIFY can reach its listener "
+            "before the writer has read the reply to its commit, so the baseline's p50 is at or below zero here and "
+            "no ratio is given for it.",
+            "",
+        ]
     cost = wake.get("cost")
     if cost:
         lines += [
