@@ -9,6 +9,9 @@ The loop never dies of the database: a deadlock, a serialization failure, a stat
 at its timeout, a lost connection or a restarting server costs one line on stderr and a pause
 (exponential, bounded, with jitter), and the next pass starts over. ``--once`` reports the error
 and exits 1 instead.
+
+Every line it prints starts with the time (UTC, ISO 8601), as a daemon's log should; with
+``--json`` each pass is one JSON object on stdout (a JSON line), and failures stay lines on stderr.
 """
 
 from __future__ import annotations
@@ -18,13 +21,15 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from types import FrameType
 
 import click
 
 from oncelog.admin import Admin
 from oncelog.cli.context import CliContext
-from oncelog.cli.render import fail
+from oncelog.cli.render import fail, json_option, print_json
 from oncelog.errors import OncelogError
 
 #: The first pause after a failed pass; it doubles per consecutive failure up to --max-backoff.
@@ -57,12 +62,20 @@ def coordinator() -> None:
     show_default=True,
     help="Longest pause, in seconds, after failed passes before trying again.",
 )
+@json_option
 @click.pass_obj
 def run(  # noqa: PLR0917 - click passes each option as an argument
-    obj: CliContext, interval: float, once: bool, retention_batch: int, request_timeout: float, max_backoff: float
+    obj: CliContext,
+    interval: float,
+    once: bool,
+    retention_batch: int,
+    request_timeout: float,
+    max_backoff: float,
+    as_json: bool,
 ) -> None:
     """Expire transactions, transactional ids and producer state; apply retention (records and the
-    transaction history). Stops on SIGINT/SIGTERM; survives database failures."""
+    transaction history). Stops on SIGINT/SIGTERM; survives database failures. Each pass prints one
+    line that starts with its time (UTC); --json prints each pass as one JSON object instead."""
     positive = {"--interval": interval, "--request-timeout": request_timeout, "--max-backoff": max_backoff}
     for name, value in positive.items():
         if value <= 0:
@@ -75,10 +88,17 @@ def run(  # noqa: PLR0917 - click passes each option as an argument
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     obj.engine()  # start and migrate the embedded server if that is what we use
+
+    def report(done: PassReport) -> None:
+        if as_json:
+            print_json(done, compact=True)
+        else:
+            click.echo(f"{stamp(done.finished_at)} {done}")
+
     with Admin(obj.url(), schema=obj.schema, request_timeout_ms=request_timeout * 1000) as admin:
         if once:
             try:
-                click.echo(maintenance_pass(admin, retention_batch=retention_batch))
+                report(maintenance_pass(admin, retention_batch=retention_batch))
             except OncelogError as exc:
                 fail(exc)  # one line on stderr, exit status 1
             return
@@ -88,21 +108,41 @@ def run(  # noqa: PLR0917 - click passes each option as an argument
             retention_batch=retention_batch,
             stop=stop,
             max_backoff=max_backoff,
-            report=click.echo,
-            warn=lambda line: click.echo(line, err=True),
+            report=report,
+            warn=lambda line: click.echo(f"{stamp(datetime.now(UTC))} {line}", err=True),
         )
 
 
-def maintenance_pass(admin: Admin, *, retention_batch: int) -> str:
-    """One pass of every maintenance step; the line that reports it."""
+@dataclass(frozen=True)
+class PassReport:
+    """What one maintenance pass did, and when it finished."""
+
+    finished_at: datetime
+    aborted_transactions: int
+    expired_producer_states: int
+    deleted_records: int
+    pruned_history_rows: int
+
+    def __str__(self) -> str:
+        return (
+            f"aborted {self.aborted_transactions} timed-out transactions, expired {self.expired_producer_states} "
+            f"producer states, deleted {self.deleted_records} records by retention, pruned "
+            f"{self.pruned_history_rows} transaction history rows"
+        )
+
+
+def stamp(at: datetime) -> str:
+    """``at`` as the log lines' prefix: UTC, ISO 8601, milliseconds (``2026-11-27T05:20:01.123Z``)."""
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
+
+
+def maintenance_pass(admin: Admin, *, retention_batch: int) -> PassReport:
+    """One pass of every maintenance step, and what it did."""
     aborted = admin.expire_transactions()
     expired = admin.expire_producers()
     deleted = admin.enforce_retention(batch=retention_batch)
     pruned = admin.expire_txn_history(batch=retention_batch)
-    return (
-        f"aborted {aborted} timed-out transactions, expired {expired} producer states, "
-        f"deleted {deleted} records by retention, pruned {pruned} transaction history rows"
-    )
+    return PassReport(datetime.now(UTC), aborted, expired, deleted, pruned)
 
 
 def backoff_delay(failures: int, max_backoff: float, rng: Callable[[], float] = random.random) -> float:
@@ -120,10 +160,11 @@ def run_loop(
     retention_batch: int,
     stop: threading.Event,
     max_backoff: float,
-    report: Callable[[str], None],
+    report: Callable[[PassReport], None],
     warn: Callable[[str], None],
 ) -> None:
-    """Run maintenance passes every ``interval`` seconds until ``stop`` is set.
+    """Run maintenance passes every ``interval`` seconds until ``stop`` is set, each reported
+    through ``report``.
 
     A pass that fails is reported in one line through ``warn`` and retried after a backoff; the
     loop itself never raises for a database failure. The admin's connections are pooled: a
@@ -133,7 +174,7 @@ def run_loop(
     while not stop.is_set():
         started = time.monotonic()
         try:
-            line = maintenance_pass(admin, retention_batch=retention_batch)
+            done = maintenance_pass(admin, retention_batch=retention_batch)
         except Exception as exc:  # a maintenance daemon outlives any one failure
             failures += 1
             delay = backoff_delay(failures, max_backoff)
@@ -144,6 +185,6 @@ def run_loop(
                 return
             continue
         failures = 0
-        report(line)
+        report(done)
         if stop.wait(max(interval - (time.monotonic() - started), 0.0)):
             return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -49,8 +50,15 @@ def test_dev_db_commands(dev_dir: str) -> None:
     assert oncelog("dev-db", "url", env=env).stdout.strip() == url
     running = oncelog("dev-db", "status", env=env)
     assert running.returncode == 0 and "running:        yes" in running.stdout
+    as_json = json.loads(oncelog("dev-db", "status", "--json", env=env).stdout)
+    assert as_json == {"data_directory": dev_dir, "initialized": True, "running": True, "url": url}
+    assert json.loads(oncelog("dev-db", "url", "--json", env=env).stdout) == {"url": url}
     assert oncelog("dev-db", "stop", env=env).stdout.strip() == "stopped"
     assert oncelog("dev-db", "stop", env=env).stdout.strip() == "not running"
+    assert json.loads(oncelog("dev-db", "stop", "--json", env=env).stdout) == {"stopped": False}
+    gone = oncelog("dev-db", "status", "--json", env=env)
+    assert gone.returncode == 3 and json.loads(gone.stdout)["running"] is False
+    assert "ONCELOG_DEV_DB_DIR" in oncelog("dev-db", "start", "--help").stdout
 
 
 @pytest.mark.spark
@@ -83,18 +91,25 @@ def test_db_status_lists_the_tables(dev_dir: str) -> None:
     assert f"at revision {migrate.head()}" in result.stdout
     for table in ("records", "producers", "transactions", "txn_history", "pending_offsets"):
         assert table in result.stdout
+    doc = json.loads(oncelog("db", "status", "--json", env=env).stdout)
+    assert doc["revision"] == doc["head"] == migrate.head() and doc["schema"] == "oncelog"
+    assert "topics" in {t["table"] for t in doc["tables"]} and "password" not in doc["database"]
 
 
 def test_db_commands_against_an_external_server(empty_db_url: str) -> None:
     """ONCELOG_DATABASE_URL: upgrade, current, check (clean, then drifted), downgrade."""
     env = {"ONCELOG_DATABASE_URL": empty_db_url}
     assert oncelog("db", "current", env=env).stdout.startswith("none")
+    head = migrate.head()
+    none = {"schema": "oncelog", "revision": None, "head": head}
+    assert json.loads(oncelog("db", "current", "--json", env=env).stdout) == none
     check = oncelog("db", "check", env=env)
     assert check.returncode == 1 and "oncelog db upgrade" in check.stderr
     up = oncelog("db", "upgrade", env=env)
     assert up.returncode == 0, up.stderr
     assert oncelog("db", "current", env=env).stdout.strip() == f"{migrate.head()} (head)"
     assert oncelog("db", "check", env=env).returncode == 0
+    assert json.loads(oncelog("db", "check", "--json", env=env).stdout) == {**none, "revision": head, "drift": False}
 
     engine = create_engine(empty_db_url)
     try:
@@ -106,9 +121,11 @@ def test_db_commands_against_an_external_server(empty_db_url: str) -> None:
     assert drift.returncode == 1
     assert "drifted" in drift.stderr and "max_batch_records" in drift.stderr
 
-    down = oncelog("db", "downgrade", "base", env=env)
+    down = oncelog("db", "downgrade", "base", "--json", env=env)
     assert down.returncode == 0, down.stderr
+    assert json.loads(down.stdout) == none
     assert oncelog("db", "current", env=env).stdout.startswith("none")
+    assert json.loads(oncelog("db", "upgrade", "--json", env=env).stdout) == {**none, "revision": head}
 
 
 def test_schema_option(empty_db_url: str) -> None:
@@ -120,9 +137,7 @@ def test_schema_option(empty_db_url: str) -> None:
 
 
 def test_missing_server_binaries(dev_dir: str, tmp_path: Path) -> None:
-    result = oncelog(
-        "dev-db", "start", env={"ONCELOG_DEV_DB_DIR": dev_dir, "ONCELOG_PG_BIN_DIR": str(tmp_path)}
-    )
+    result = oncelog("dev-db", "start", env={"ONCELOG_DEV_DB_DIR": dev_dir, "ONCELOG_PG_BIN_DIR": str(tmp_path)})
     assert result.returncode == 1
     assert "apt-get install -y postgresql" in result.stderr
     assert "Traceback" not in result.stderr

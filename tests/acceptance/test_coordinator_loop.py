@@ -8,9 +8,11 @@ embedded server is restarted under it; after each, it must log one line and go o
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 
 import psycopg
 import pytest
@@ -50,7 +52,7 @@ class Loop:
                 "retention_batch": 1000,
                 "stop": self.stop,
                 "max_backoff": 0.5,
-                "report": self.reports.append,
+                "report": lambda done: self.reports.append(str(done)),
                 "warn": self.warnings.append,
             },
             daemon=True,
@@ -119,6 +121,20 @@ def test_once_behind_a_lock_holder_fails_cleanly_in_time(db_url: str) -> None:
     done = CliRunner().invoke(cli, ["--database-url", db_url, "coordinator", "run", "--once"], env=ENV)
     assert done.exit_code == 0, done.output
     assert "deleted 1 records by retention" in done.output
+
+
+def test_a_pass_is_reported_with_its_time_or_as_one_json_object(db_url: str) -> None:
+    _old_record(db_url, "t")
+    as_json = CliRunner().invoke(cli, ["--database-url", db_url, "coordinator", "run", "--once", "--json"], env=ENV)
+    assert as_json.exit_code == 0, as_json.output
+    doc = json.loads(as_json.output)
+    assert doc["deleted_records"] == 1 and doc["aborted_transactions"] == 0
+    assert datetime.fromisoformat(doc["finished_at"]).utcoffset() is not None
+    text = CliRunner().invoke(cli, ["--database-url", db_url, "coordinator", "run", "--once"], env=ENV)
+    assert text.exit_code == 0, text.output
+    at, line = text.output.strip().split(" ", 1)
+    assert datetime.strptime(at, "%Y-%m-%dT%H:%M:%S.%fZ")  # UTC, milliseconds
+    assert line.startswith("aborted 0 timed-out transactions") and "deleted 0 records by retention" in line
 
 
 @pytest.mark.timeout(120)
