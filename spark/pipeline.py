@@ -59,6 +59,9 @@ def run_pipeline(
 ) -> PipelineResult:
     """Run one exactly-once pass of ``transform`` from ``input_topics`` to ``output_topic``.
 
+    ``spark`` is a SparkSession, or a function that makes one: it is then called only when there
+    is something to read, so a run with nothing to do starts no Spark.
+
     The group's committed offsets (waited for while a transaction holds them) start the read; the
     last stable offsets fixed now end it. ``transform(df)`` gets the committed input DataFrame and
     returns one with ``value`` (and optional ``key``, ``partition``) columns. The output and the
@@ -80,6 +83,8 @@ def run_pipeline(
         if not todo:
             return PipelineResult(group, 0, 0, ranges, phases={"plan": time.perf_counter() - started})
         planned = time.perf_counter() - started
+        if callable(spark):  # a factory (a SparkSession is not callable)
+            spark = spark()
         source = read_ranges(spark, database_url, todo, schema=schema, max_records_per_task=max_records_per_task)
         output = transform(source)
         offsets = {(r.topic, r.partition): (r.end, "") for r in ranges}

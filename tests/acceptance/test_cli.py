@@ -153,3 +153,66 @@ def test_unreachable_server_is_a_clear_error() -> None:
 def test_passwords_never_in_repr() -> None:
     ctx = CliContext(database_url="postgresql://app:hunter2@db:5432/x", schema="oncelog", dev_db_dir=None)
     assert "hunter2" not in repr(ctx)
+
+
+JOB_MODULE = """
+from pyspark.sql import functions as F
+from pyspark.sql.types import BinaryType
+
+
+@F.udf(returnType=BinaryType())
+def shout(value):
+    return bytes(value).upper() + b"!"
+
+
+def clean(df):
+    return df.select(shout(df.value).alias("value"), df.key)
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+def test_spark_run_imports_the_job_from_the_working_directory(db_url: str, tmp_path: Path) -> None:
+    """The installed ``oncelog`` script (not ``python -m``, which puts the working directory on the
+    path itself) runs a job module that sits in the working directory, with --conf and --json;
+    a second run with nothing to read starts no Spark."""
+    import oncelog  # noqa: PLC0415
+
+    with oncelog.Admin(db_url) as admin:
+        admin.create_topic("in", partitions=2)
+        admin.create_topic("out", partitions=2)
+    with oncelog.Producer(db_url, transactional_id="cli-spark-in") as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        for i in range(30):
+            producer.send("in", f"v{i}".encode(), key=f"k{i}".encode())
+        producer.commit_transaction()
+    (tmp_path / "jobmod.py").write_text(JOB_MODULE)
+    script = Path(sys.executable).parent / "oncelog"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("ONCELOG_")}
+    env = {**base, "ONCELOG_DATABASE_URL": db_url, "PYTHONPATH": ""}
+    args = [str(script), "spark", "run", "jobmod:clean", "--input", "in", "--output", "out", "--group", "g"]
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        command = [*args, *extra]
+        return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=500, check=False)
+
+    bad = run("--conf", "spark.sql.shuffle.partitions")
+    assert bad.returncode == 2 and "KEY=VALUE" in bad.stderr, bad.stderr
+    first = run("--conf", "spark.sql.shuffle.partitions=2", "--json")
+    assert first.returncode == 0, first.stdout + first.stderr
+    doc = json.loads(first.stdout)
+    assert (doc["input_offsets"], doc["output_records"], doc["spark_started"]) == (32, 30, True)  # 30 + a marker per partition
+    with oncelog.Consumer(db_url, isolation_level="read_committed") as consumer:
+        consumer.assign([oncelog.TopicPartition("out", 0), oncelog.TopicPartition("out", 1)])
+        got = []
+        for _ in range(20):
+            got += [r.value for r in consumer.poll(1.0)]
+            if len(got) >= 30:
+                break
+    assert sorted(got) == sorted(f"V{i}!".encode() for i in range(30))
+    again = run("--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["spark_started"] is False and json.loads(again.stdout)["output_records"] == 0
+    text = run()
+    assert text.returncode == 0 and "nothing to read" in text.stdout and "Spark not started" in text.stdout
