@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import sys
+import traceback
 from typing import NoReturn
 
 import click
@@ -73,14 +74,35 @@ class _Commands(click.Group):
     help="Folder with initdb/pg_ctl/postgres for the embedded cluster [env ONCELOG_PG_BIN_DIR]; "
     "default: found on the machine.",
 )
+@click.option(
+    "--debug",
+    is_flag=True,
+    envvar="ONCELOG_DEBUG",
+    help="On failure, print the whole chain of exceptions with their tracebacks, not just one line.",
+)
 @click.version_option(package_name="oncelog")
 @click.pass_context
-def cli(
-    ctx: click.Context, database_url: str | None, schema: str, dev_db_dir: str | None, pg_bin_dir: str | None
+def cli(  # noqa: PLR0917 - click passes each option as an argument
+    ctx: click.Context,
+    database_url: str | None,
+    schema: str,
+    dev_db_dir: str | None,
+    pg_bin_dir: str | None,
+    debug: bool,
 ) -> None:
     """oncelog: Kafka's exactly-once semantics on PostgreSQL."""
+    _RUN.debug = debug
     ctx.obj = CliContext(database_url=database_url or None, schema=schema, dev_db_dir=dev_db_dir, pg_bin_dir=pg_bin_dir)
     ctx.call_on_close(ctx.obj.close)
+
+
+class _Run:
+    """What main() needs to know of the invocation once click is done with it."""
+
+    debug = False
+
+
+_RUN = _Run()
 
 
 cli.add_command(db)
@@ -125,28 +147,48 @@ def _verify_command() -> click.Command:
 
 
 def main() -> None:
-    """Run the CLI; oncelog errors become one line on stderr and exit status 1."""
+    """Run the CLI. Any failure is one line on stderr and exit status 1 (``--debug``: the whole
+    chain of exceptions with their tracebacks first); an oncelog error is said in its own words,
+    anything else with its type."""
     try:
         rv = cli.main(standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
+        _trace(exc)
         exc.show()
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except OncelogError as exc:
-        _fail(exc)
+        _fail(exc, str(exc))
     except (sa.exc.DBAPIError, psycopg.Error) as exc:
         mapped = translate(exc)
-        if mapped is None:
-            raise
-        _fail(mapped)
+        _fail(exc, str(mapped) if mapped is not None else one_line(exc))
+    except Exception as exc:  # the last resort of the entry point: a command's bug, Spark's failure
+        _fail(exc, one_line(exc))
     # With standalone_mode off, click returns the code of an Exit raised by a command.
     sys.exit(rv if isinstance(rv, int) else 0)
 
 
-def _fail(exc: OncelogError) -> NoReturn:
-    click.secho(f"error: {exc}", fg="red", err=True)
+def one_line(exc: BaseException) -> str:
+    """``exc`` said in one line: its type and the first line of its message. A Py4J error (Spark's
+    JVM) is said by its Java exception, whose first line names what failed; the Python message
+    carries the whole Java stack trace."""
+    java = getattr(exc, "java_exception", None)
+    text = str(java.toString()) if java is not None else str(exc)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def _trace(exc: BaseException) -> None:
+    if _RUN.debug:
+        traceback.print_exception(exc, file=sys.stderr)
+
+
+def _fail(exc: BaseException, message: str) -> NoReturn:
+    _trace(exc)
+    hint = "" if _RUN.debug else " (oncelog --debug ... shows the tracebacks)"
+    click.secho(f"error: {message}{hint if not isinstance(exc, OncelogError) else ''}", fg="red", err=True)
     sys.exit(1)

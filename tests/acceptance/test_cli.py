@@ -199,10 +199,19 @@ def test_spark_run_imports_the_job_from_the_working_directory(db_url: str, tmp_p
 
     bad = run("--conf", "spark.sql.shuffle.partitions")
     assert bad.returncode == 2 and "KEY=VALUE" in bad.stderr, bad.stderr
+    # A transform that fails: one line naming the error, no traceback (--debug shows it).
+    (tmp_path / "badjob.py").write_text("def clean(df):\n    raise ValueError('no column named wrong')\n")
+    broken = subprocess.run(
+        [str(script), "spark", "run", "badjob:clean", "--input", "in", "--output", "out", "--group", "g"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=500, check=False,
+    )  # fmt: skip
+    assert broken.returncode == 1, broken.stderr
+    assert broken.stderr.strip().splitlines()[-1].startswith("error: ValueError: no column named wrong")
+    assert "Traceback" not in broken.stderr, broken.stderr
     first = run("--conf", "spark.sql.shuffle.partitions=2", "--json")
     assert first.returncode == 0, first.stdout + first.stderr
     doc = json.loads(first.stdout)
-    assert (doc["input_offsets"], doc["output_records"], doc["spark_started"]) == (32, 30, True)  # 30 + a marker per partition
+    assert (doc["input_offsets"], doc["output_records"], doc["spark_started"]) == (32, 30, True)  # and 2 markers
     with oncelog.Consumer(db_url, isolation_level="read_committed") as consumer:
         consumer.assign([oncelog.TopicPartition("out", 0), oncelog.TopicPartition("out", 1)])
         got = []
