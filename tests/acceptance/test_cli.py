@@ -82,6 +82,23 @@ def test_demo_on_the_embedded_default(dev_dir: str) -> None:
         line = next(line for line in out.splitlines() if label in line)
         assert line.split("│")[-2].strip() == value, line
 
+    def number(label: str) -> int:
+        line = next(line for line in out.splitlines() if label in line)
+        return int(line.split("│")[-2].strip().replace(",", ""))
+
+    # The proof: the failed attempt's copies are in the log, aborted; only read_uncommitted sees them.
+    assert number("output read read_uncommitted") == 280 + number("duplicates in it") > 280
+    assert "oncelog dev-db stop" in out and dev_dir in out
+    refused = oncelog("demo", "--master", "local[2]", env=env)
+    assert refused.returncode == 2 and "local[N,F]" in refused.stderr, refused.stderr
+    as_json = oncelog(
+        "demo", "--transactions", "3", "--records-per-transaction", "20", "--abort-every", "3", "--json", env=env
+    )
+    assert as_json.returncode == 0, as_json.stderr
+    doc = json.loads(as_json.stdout)
+    assert doc["exactly_once"] is True and doc["embedded_data_directory"] == dev_dir
+    assert doc["output_read_committed"] == {"records": 40, "duplicates": 0}  # 2 of 3 transactions commit
+
 
 def test_db_status_lists_the_tables(dev_dir: str) -> None:
     env = {"ONCELOG_DEV_DB_DIR": dev_dir, "COLUMNS": "200"}
