@@ -37,7 +37,12 @@ class Admin(Client):
     """
 
     def create_topic(self, name: str, partitions: int = 1, config: TopicConfig | None = None) -> None:
-        """Create a topic (TopicAlreadyExistsError, InvalidTopicError, InvalidPartitionsError)."""
+        """Create a topic (TopicAlreadyExistsError, InvalidTopicError, InvalidPartitionsError).
+
+        Without ``retention_ms`` its records are kept for the store-wide default,
+        settings.log_retention_ms (7 days, as Kafka's log.retention.ms); ``-1`` keeps them for ever.
+        Retention is applied by the maintenance loop (``oncelog coordinator run``, or
+        :meth:`enforce_retention`): nothing is deleted while it does not run."""
         _topic(name)
         validate.integer("partitions", partitions, low=1, error=errors.InvalidPartitionsError)
         config = None if config is None else validate.topic_config(config)
@@ -69,7 +74,9 @@ class Admin(Client):
             topics.create_partitions(conn, name=name, total=total)
 
     def alter_topic_config(self, name: str, config: TopicConfig) -> None:
-        """Set per-topic settings; None resets a setting to its default (no limit for retention)."""
+        """Set per-topic settings; None resets a setting to its default (retention_ms then follows the
+        store-wide settings.log_retention_ms, 7 days; retention_bytes has no limit); -1 is no limit
+        for either retention setting."""
         _topic(name)
         config = validate.topic_config(config)
         with self._request() as conn:

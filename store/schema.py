@@ -112,6 +112,14 @@ settings = sa.Table(
         comment="txn_history rows older than this are pruned by maintenance, except each transactional id's "
         "newest CompleteCommit (default 7 days).",
     ),
+    sa.Column(
+        "log_retention_ms",
+        sa.BigInteger,
+        nullable=True,
+        server_default=sa.text("604800000"),
+        comment="The retention of a topic that sets none (Kafka's log.retention.ms, 7 days); NULL keeps records "
+        "for ever.",
+    ),
     sa.CheckConstraint("id = 1", name="single_row"),
     sa.CheckConstraint(
         "producer_id_expiration_ms > 0 AND transaction_max_timeout_ms > 0 "
@@ -119,6 +127,7 @@ settings = sa.Table(
         name="positive",
     ),
     sa.CheckConstraint("txn_history_retention_ms > 0", name="txn_history_retention_positive"),
+    sa.CheckConstraint("log_retention_ms IS NULL OR log_retention_ms > 0", name="log_retention_positive"),
     comment="Store-wide settings (one row), the counterpart of Kafka's broker configuration.",
 )
 
@@ -166,7 +175,8 @@ topics = sa.Table(
         "retention_ms",
         sa.BigInteger,
         nullable=True,
-        comment="Records older than this are deleted by maintenance; NULL keeps them forever.",
+        comment="Records older than this are deleted by maintenance; NULL follows settings.log_retention_ms "
+        "(7 days), -1 keeps them for ever.",
     ),
     sa.Column(
         "retention_bytes",
@@ -196,7 +206,8 @@ topics = sa.Table(
     ),
     sa.CheckConstraint("max_message_bytes > 0", name="max_message_bytes_positive"),
     sa.CheckConstraint(
-        "(retention_ms IS NULL OR retention_ms > 0) AND (retention_bytes IS NULL OR retention_bytes > 0)",
+        "(retention_ms IS NULL OR retention_ms = -1 OR retention_ms > 0) "
+        "AND (retention_bytes IS NULL OR retention_bytes > 0)",
         name="retention_positive",
     ),
     sa.CheckConstraint("message_timestamp_after_max_ms > 0", name="message_timestamp_after_max_ms_positive"),

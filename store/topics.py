@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import sqlalchemy as sa
 
 from oncelog.errors import UnknownTopicOrPartitionError
 from oncelog.store.errors import mapped_errors
-from oncelog.store.schema import partitions, topics
+from oncelog.store.schema import partitions, settings, topics
 
-#: The per-topic settings a user may set; a value of None means the default (or no limit).
+#: The per-topic settings a user may set. Given as None, a setting takes its default: retention_ms
+#: then follows the store-wide settings.log_retention_ms (Kafka's log.retention.ms, 7 days),
+#: retention_bytes has no limit. -1 is no limit for either retention setting, as in Kafka.
 TOPIC_CONFIG_KEYS = ("max_message_bytes", "retention_ms", "retention_bytes", "message_timestamp_after_max_ms")
 
 TopicConfig = Mapping[str, int | None]
@@ -30,13 +32,16 @@ class PartitionDescription:
 
 @dataclass(frozen=True, slots=True)
 class TopicDescription:
-    """A topic: its partitions and configuration."""
+    """A topic: its partitions and configuration. ``config`` holds the values in force (None: no
+    limit); ``defaults`` names the settings that follow the store-wide default rather than a value
+    of the topic's own (``retention_ms`` without one follows settings.log_retention_ms)."""
 
     name: str
     topic_id: int
     partitions: list[PartitionDescription]
     config: dict[str, int | None]
     created_at: datetime
+    defaults: frozenset[str] = field(default_factory=frozenset)
 
 
 def create_topic(conn: sa.Connection, *, name: str, partitions: int, config: TopicConfig | None = None) -> int:
@@ -86,7 +91,10 @@ def list_topics(conn: sa.Connection) -> dict[str, int]:
 def describe_topic(conn: sa.Connection, *, name: str) -> TopicDescription:
     """One topic's partitions (with offsets) and configuration."""
     with mapped_errors():
-        topic = conn.execute(sa.select(topics).where(topics.c.name == name)).one_or_none()
+        topic = conn.execute(
+            sa.select(topics, settings.c.log_retention_ms).select_from(topics.join(settings, sa.true()))
+            .where(topics.c.name == name)
+        ).one_or_none()  # fmt: skip
         if topic is None:
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
         parts = conn.execute(
@@ -94,12 +102,19 @@ def describe_topic(conn: sa.Connection, *, name: str) -> TopicDescription:
             .where(partitions.c.topic_id == topic.topic_id)
             .order_by(partitions.c.partition)
         ).all()
+    config = {k: getattr(topic, k) for k in TOPIC_CONFIG_KEYS}
+    defaults = frozenset({"retention_ms"} if config["retention_ms"] is None else set())
+    if config["retention_ms"] is None:
+        config["retention_ms"] = topic.log_retention_ms
+    elif config["retention_ms"] == -1:
+        config["retention_ms"] = None
     return TopicDescription(
         name=topic.name,
         topic_id=topic.topic_id,
         partitions=[PartitionDescription(p.partition, p.log_start_offset, p.next_offset) for p in parts],
-        config={k: getattr(topic, k) for k in TOPIC_CONFIG_KEYS},
+        config=config,
         created_at=topic.created_at,
+        defaults=defaults,
     )
 
 

@@ -9,7 +9,7 @@ from oncelog.cli.render import OpsGroup, admin_for, emit, fields, json_option, t
 from oncelog.errors import ConfigurationError, InvalidPartitionsError
 from oncelog.store.topics import TOPIC_CONFIG_KEYS
 
-#: Values that reset a setting to its default (no limit, for retention).
+#: Values that reset a setting to its default (retention_ms: the store-wide default; -1 is no limit).
 _DEFAULT_WORDS = ("", "default", "none")
 
 
@@ -71,7 +71,8 @@ def create(
     emit(
         as_json,
         {"created": created, "topic": description},
-        f"{'created' if created else 'exists:'} topic {name} with {len(description.partitions)} partition(s)",
+        f"{'created' if created else 'exists:'} topic {name} with {len(description.partitions)} partition(s); "
+        f"{_retention(description.config['retention_ms'], 'retention_ms' in description.defaults)}",
     )
 
 
@@ -108,6 +109,7 @@ def describe(obj: CliContext, name: str, as_json: bool) -> None:
         "topic_id": topic.topic_id,
         "created_at": topic.created_at,
         "config": topic.config,
+        "config_from_defaults": sorted(topic.defaults),
         "partitions": [
             {
                 "partition": p.partition,
@@ -124,7 +126,7 @@ def describe(obj: CliContext, name: str, as_json: bool) -> None:
         fields(
             f"topic {topic.name}",
             [("topic id", topic.topic_id), ("created", topic.created_at)]
-            + [(k, "default" if v is None else v) for k, v in topic.config.items()],
+            + [(k, _setting(v, k in topic.defaults)) for k, v in topic.config.items()],
         ),
         table(
             None,
@@ -239,3 +241,17 @@ def describe_producers(obj: CliContext, topic: str, partition: int | None, as_js
             numeric=["partition", "producer id", "epoch", "last sequence", "last offset", "txn start offset"],
         ),
     )
+
+
+def _setting(value: int | None, from_default: bool) -> str:
+    shown = "no limit" if value is None else str(value)
+    return f"{shown} (default)" if from_default else shown
+
+
+def _retention(ms: int | None, from_default: bool) -> str:
+    """What a new topic's retention is, and who applies it (the maintenance loop)."""
+    if ms is None:
+        return "records are kept for ever"
+    days = f" ({ms / 86_400_000:g} days)" if ms % 3_600_000 == 0 else ""
+    source = "the default, settings.log_retention_ms" if from_default else "its retention_ms"
+    return f"records older than {ms} ms{days} ({source}) are deleted by oncelog coordinator run"

@@ -109,10 +109,14 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'OL000', MESSAGE = 'batch must be at least 1';
     END IF;
     -- Every partition: one with no retention may still hold rows below its log start (left by
-    -- an earlier pass before retention was turned off); the min() probe is one index lookup.
+    -- an earlier pass before retention was turned off); the min() probe is one index lookup. A
+    -- topic without a retention of its own follows settings.log_retention_ms; -1 keeps its
+    -- records for ever (revision 0025, Kafka's log.retention.ms and its -1).
     FOR pt IN
-        SELECT p.topic_id, p.partition, p.log_start_offset, p.next_offset, p.log_bytes, t.retention_ms, t.retention_bytes
-        FROM partitions p JOIN topics t USING (topic_id)
+        SELECT p.topic_id, p.partition, p.log_start_offset, p.next_offset, p.log_bytes,
+               CASE WHEN t.retention_ms = -1 THEN NULL ELSE coalesce(t.retention_ms, s.log_retention_ms) END AS retention_ms,
+               t.retention_bytes
+        FROM partitions p JOIN topics t USING (topic_id) CROSS JOIN settings s
         ORDER BY p.topic_id, p.partition
     LOOP
         v_start := pt.log_start_offset;
@@ -171,7 +175,7 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION enforce_retention_v2(p_batch integer) IS
-  'Maintenance, at the server''s time (server_now_v1): advances each partition''s log start by its topic''s retention (time and size) and deletes at most p_batch records per partition below it; returns the number deleted (call again until 0).';
+  'Maintenance, at the server''s time (server_now_v1): advances each partition''s log start by its topic''s retention (time: its retention_ms, else settings.log_retention_ms, none for -1; size: retention_bytes) and deletes at most p_batch records per partition below it; returns the number deleted (call again until 0).';
 
 CREATE OR REPLACE FUNCTION expire_txn_history_v2(p_batch integer DEFAULT 10000)
  RETURNS integer

@@ -22,8 +22,8 @@ BEGIN
     INSERT INTO topics (name, max_message_bytes, retention_ms, retention_bytes, message_timestamp_after_max_ms)
     VALUES (p_name,
             coalesce((v_config ->> 'max_message_bytes')::integer, 1048588),
-            (v_config ->> 'retention_ms')::bigint,
-            (v_config ->> 'retention_bytes')::bigint,
+            (v_config ->> 'retention_ms')::bigint,  -- NULL: settings.log_retention_ms (revision 0025)
+            nullif((v_config ->> 'retention_bytes')::bigint, -1),
             coalesce((v_config ->> 'message_timestamp_after_max_ms')::bigint, 3600000))
     ON CONFLICT (name) DO NOTHING
     RETURNING topic_id INTO v_topic_id;
@@ -98,7 +98,7 @@ BEGIN
                                  ELSE max_message_bytes END,
         retention_ms = CASE WHEN v_config ? 'retention_ms' THEN (v_config ->> 'retention_ms')::bigint
                             ELSE retention_ms END,
-        retention_bytes = CASE WHEN v_config ? 'retention_bytes' THEN (v_config ->> 'retention_bytes')::bigint
+        retention_bytes = CASE WHEN v_config ? 'retention_bytes' THEN nullif((v_config ->> 'retention_bytes')::bigint, -1)
                                ELSE retention_bytes END,
         message_timestamp_after_max_ms = CASE WHEN v_config ? 'message_timestamp_after_max_ms'
                                               THEN coalesce((v_config ->> 'message_timestamp_after_max_ms')::bigint, 3600000)
@@ -110,7 +110,7 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION alter_topic_config_v1(p_name text, p_config jsonb) IS
-  'IncrementalAlterConfigs: sets the keys present in p_config (a JSON null resets to default / no limit).';
+  'IncrementalAlterConfigs: sets the keys present in p_config (a JSON null resets a key to its default: retention_ms then follows settings.log_retention_ms; -1 is no limit for retention_ms and retention_bytes).';
 
 CREATE OR REPLACE FUNCTION topic_config_v1(p_config jsonb)
  RETURNS jsonb
@@ -134,8 +134,8 @@ BEGIN
                 MESSAGE = format('unknown topic config %L (known: max_message_bytes, retention_ms, retention_bytes, '
                                  'message_timestamp_after_max_ms)', k);
         END IF;
-        IF jsonb_typeof(v) = 'null' THEN
-            CONTINUE;
+        IF jsonb_typeof(v) = 'null' OR (k IN ('retention_ms', 'retention_bytes') AND v::text = '-1') THEN
+            CONTINUE;  -- the default; for retention, -1 is Kafka's "no limit" (revision 0025)
         END IF;
         IF jsonb_typeof(v) <> 'number' OR v::text !~ '^[0-9]+$' OR v::numeric <= 0
            OR (k = 'max_message_bytes' AND v::numeric > 2147483647)
@@ -148,7 +148,7 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION topic_config_v1(p_config jsonb) IS
-  'Validates a topic configuration object (max_message_bytes, retention_ms, retention_bytes, message_timestamp_after_max_ms); raises OL001.';
+  'Validates a topic configuration object (max_message_bytes, retention_ms, retention_bytes, message_timestamp_after_max_ms: positive integers or null; -1 too for the two retention keys); raises OL001.';
 
 CREATE OR REPLACE FUNCTION records_partition_check_v1()
  RETURNS trigger

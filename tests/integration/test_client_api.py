@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -13,7 +14,7 @@ import sqlalchemy as sa
 import oncelog
 from oncelog import Admin, Consumer, ConsumerRecord, Producer, TopicPartition, errors
 from oncelog.partitioner import partition_for_key
-from oncelog.store import log
+from oncelog.store import create_engine, log
 from tests.support.clock import server_time
 
 
@@ -301,6 +302,31 @@ def test_consumer_config_errors(db_url: str) -> None:
             Consumer(db_url, **bad)
 
 
+def test_a_topic_without_retention_follows_the_store_wide_default(db_url: str, admin: Admin) -> None:
+    """settings.log_retention_ms is the retention of every topic that sets none; -1 and an explicit
+    retention are the topic's own."""
+    admin.create_topic("follows", partitions=1)
+    admin.create_topic("forever", partitions=1, config={"retention_ms": -1})
+    admin.create_topic("own", partitions=1, config={"retention_ms": 3_600_000})
+    with Producer(db_url, linger_ms=0) as producer:
+        for topic in ("follows", "forever", "own"):
+            producer.send(topic, b"old").result(30)
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("UPDATE settings SET log_retention_ms = 1")
+        time.sleep(0.05)
+        assert admin.enforce_retention() == 1  # only the topic that follows the default
+        assert admin.list_offsets("follows")[0].log_start_offset == 1
+        assert admin.list_offsets("forever")[0].log_start_offset == 0
+        assert admin.list_offsets("own")[0].log_start_offset == 0
+        with engine.begin() as conn:
+            conn.exec_driver_sql("UPDATE settings SET log_retention_ms = NULL")  # keep for ever
+        assert admin.describe_topic("follows").config["retention_ms"] is None
+    finally:
+        engine.dispose()
+
+
 def test_admin_topics(admin: Admin) -> None:
     admin.create_topic("a.b_c-1", partitions=2, config={"retention_ms": 60_000})
     assert admin.list_topics() == {"a.b_c-1": 2}
@@ -313,8 +339,15 @@ def test_admin_topics(admin: Admin) -> None:
         "retention_bytes": None,
         "message_timestamp_after_max_ms": 3_600_000,
     }
+    assert desc.defaults == frozenset()
+    # Reset: the topic follows the store-wide default (Kafka's 7 days); -1 keeps records for ever.
     admin.alter_topic_config("a.b_c-1", {"retention_ms": None, "max_message_bytes": 10})
-    assert admin.describe_topic("a.b_c-1").config["retention_ms"] is None
+    reset = admin.describe_topic("a.b_c-1")
+    assert reset.config["retention_ms"] == 604_800_000 and reset.defaults == {"retention_ms"}
+    admin.alter_topic_config("a.b_c-1", {"retention_ms": -1, "retention_bytes": -1})
+    forever = admin.describe_topic("a.b_c-1")
+    assert forever.config["retention_ms"] is None and forever.config["retention_bytes"] is None
+    assert forever.defaults == frozenset()
     with pytest.raises(errors.TopicAlreadyExistsError):
         admin.create_topic("a.b_c-1")
     with pytest.raises(errors.InvalidTopicError):

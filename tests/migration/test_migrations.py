@@ -412,3 +412,31 @@ def test_revisions_are_frozen_sql() -> None:
             frozen_sql = versions / "sql" / f"{module.stem}.{direction}.sql"
             assert frozen_sql.read_text().strip(), frozen_sql
             assert f'frozen.apply("{module.stem}", "{direction}", schema)' in source, module.name
+
+
+def test_0025_keeps_the_records_of_topics_that_had_no_retention(empty_db_url: str) -> None:
+    """Revision 0025 gives new topics Kafka's 7-day default: a topic created before it without a
+    retention keeps its records for ever (-1), and one set explicitly keeps its value. Down again,
+    a topic that followed the default gets that value written in, and -1 is NULL (for ever) again."""
+    engine = create_engine(empty_db_url)
+
+    def retention() -> dict[str, int | None]:
+        with engine.connect() as conn:
+            rows = conn.exec_driver_sql("SELECT name, retention_ms FROM topics ORDER BY name").all()
+        return {str(name): ms for name, ms in rows}
+
+    try:
+        migrate.upgrade(engine, revision="0024")
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            topics.create_topic(conn, name="old-forever", partitions=1)
+            topics.create_topic(conn, name="old-hour", partitions=1, config={"retention_ms": 3_600_000})
+        migrate.upgrade(engine, revision="0025")
+        assert retention() == {"old-forever": -1, "old-hour": 3_600_000}
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            topics.create_topic(conn, name="new-default", partitions=1)
+            assert topics.describe_topic(conn, name="new-default").config["retention_ms"] == 604_800_000
+            assert topics.describe_topic(conn, name="old-forever").config["retention_ms"] is None
+        migrate.downgrade(engine, revision="0024")
+        assert retention() == {"new-default": 604_800_000, "old-forever": None, "old-hour": 3_600_000}
+    finally:
+        engine.dispose()
