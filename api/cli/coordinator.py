@@ -16,6 +16,7 @@ Every line it prints starts with the time (UTC, ISO 8601), as a daemon's log sho
 
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
 import threading
@@ -29,7 +30,7 @@ import click
 
 from oncelog.admin import Admin
 from oncelog.cli.context import CliContext
-from oncelog.cli.render import fail, json_option, print_json
+from oncelog.cli.render import console, fail, json_option, print_json
 from oncelog.errors import OncelogError
 
 #: The first pause after a failed pass; it doubles per consecutive failure up to --max-backoff.
@@ -97,8 +98,12 @@ def run(  # noqa: PLR0917 - click passes each option as an argument
 
     with Admin(obj.url(), schema=obj.schema, request_timeout_ms=request_timeout * 1000) as admin:
         if once:
+            err = console(stderr=True)
+            shown = err.is_terminal and not as_json  # a spinner where a person watches
             try:
-                report(maintenance_pass(admin, retention_batch=retention_batch))
+                with err.status("expiring and applying retention...") if shown else contextlib.nullcontext():
+                    done = maintenance_pass(admin, retention_batch=retention_batch)
+                report(done)
             except OncelogError as exc:
                 fail(exc)  # one line on stderr, exit status 1
             return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import shutil
@@ -14,7 +15,7 @@ from typing import Any
 import click
 
 from oncelog.cli.context import CliContext
-from oncelog.cli.render import json_option, print_json
+from oncelog.cli.render import console, json_option, print_json
 from oncelog.errors import ConfigurationError
 
 
@@ -112,17 +113,21 @@ def run(
             _ship(session, module, Path(workdir))
             return session
 
+        err = console(stderr=True)
+        # A spinner where a person watches: a terminal, without --json.
+        busy = err.status("running the pipeline...") if err.is_terminal and not as_json else contextlib.nullcontext()
         try:
-            result = oncelog_spark.run_pipeline(
-                start_spark,
-                obj.url(),
-                input_topics=inputs,
-                output_topic=output,
-                group=group,
-                transform=fn,
-                schema=obj.schema,
-                max_records_per_task=max_records_per_task,
-            )
+            with busy:
+                result = oncelog_spark.run_pipeline(
+                    start_spark,
+                    obj.url(),
+                    input_topics=inputs,
+                    output_topic=output,
+                    group=group,
+                    transform=fn,
+                    schema=obj.schema,
+                    max_records_per_task=max_records_per_task,
+                )
         finally:
             for session in sessions:
                 session.stop()

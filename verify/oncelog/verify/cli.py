@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 import secrets
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from oncelog.cli.context import CliContext
@@ -134,7 +137,8 @@ def verify(
         f"faults {', '.join(str(f) for f in chosen) or 'none'}; seed {seed}; output {output}",
         soft_wrap=True,
     )
-    report = runner.verify(config)
+    with _duration_bar(console, duration, shown=console.is_terminal and not as_json):
+        report = runner.verify(config)
     if as_json:
         click.echo(json.dumps({"verdict": verdict_to_json(report.verdict), "run": report.summary}, indent=2))
     else:
@@ -143,6 +147,32 @@ def verify(
         console.print(f"history, verdict and client logs: {output}")
     if not report.verdict.ok:
         ctx.exit(1)
+
+
+@contextmanager
+def _duration_bar(console: Console, duration: float, *, shown: bool) -> Iterator[None]:
+    """A bar of the run's planned duration, on a terminal only (never with --json): the faults and
+    workloads run for ``duration`` seconds, then the history is checked (the bar then stays full)."""
+    if not shown:
+        yield
+        return
+    bar = Progress(TextColumn("[bold]verifying"), BarColumn(), TimeElapsedColumn(), console=console, transient=True)
+    stop = threading.Event()
+    with bar:
+        task = bar.add_task("verifying", total=duration)
+        started = time.monotonic()
+
+        def tick() -> None:
+            while not stop.wait(0.5):
+                bar.update(task, completed=min(time.monotonic() - started, duration))
+
+        ticker = threading.Thread(target=tick, name="oncelog-verify-bar", daemon=True)
+        ticker.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            ticker.join()
 
 
 def _render_run(summary: dict[str, object], console: Console) -> None:
