@@ -6,7 +6,8 @@ directory of ours, listening on 127.0.0.1 only (no Unix socket), on a free port,
 authentication for that local cluster only. A running cluster is reused.
 
 PostgreSQL refuses to run as root, so under root every server binary runs as the ``postgres``
-user (through ``runuser``) and that user owns the data directory.
+user (the process drops its privileges itself: no ``runuser`` needed) and that user owns the data
+directory.
 """
 
 from __future__ import annotations
@@ -237,11 +238,20 @@ class EmbeddedPostgres:
                     )
 
     def _run(self, argv: list[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
-        if self._as_server_user():
-            argv = ["runuser", "-u", SERVER_OS_USER, "--", *argv]
+        # As root, the tools run as the server's user: Python drops the privileges itself (no
+        # runuser or su, which need not be on PATH), with that user's groups only.
+        user = self._server_user() if self._as_server_user() else None
         try:
             proc = subprocess.run(
-                argv, capture_output=True, text=True, timeout=120, cwd=str(self.data_dir), check=False
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                cwd=str(self.data_dir),
+                check=False,
+                user=user.pw_uid if user else None,
+                group=user.pw_gid if user else None,
+                extra_groups=[] if user else None,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise EmbeddedServerError(f"{Path(argv[0]).name} failed: {exc}") from exc

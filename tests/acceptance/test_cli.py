@@ -43,7 +43,9 @@ def test_dev_db_commands(dev_dir: str) -> None:
     env = {"ONCELOG_DEV_DB_DIR": dev_dir}
     stopped = oncelog("dev-db", "status", env=env)
     assert stopped.returncode == 3 and "running:        no" in stopped.stdout
-    started = oncelog("dev-db", "start", env=env)
+    # Without /usr/sbin on PATH (where runuser lives): under root the server's tools still run as
+    # the postgres user, the process dropping its privileges itself.
+    started = oncelog("dev-db", "start", env={**env, "PATH": "/usr/bin:/bin"})
     assert started.returncode == 0, started.stderr
     url = started.stdout.strip()
     assert url.startswith("postgresql://postgres@127.0.0.1:")
