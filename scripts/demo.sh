@@ -3,5 +3,5 @@
 # default (a private PostgreSQL started on demand), or on ONCELOG_DATABASE_URL when set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh main
 exec .venv/bin/oncelog demo "$@"

@@ -3,5 +3,5 @@
 # private PostgreSQL (or ONCELOG_DATABASE_URL when set). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh dev
 exec .venv/bin/python -m pytest "$@"
