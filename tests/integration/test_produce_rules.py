@@ -34,6 +34,8 @@ from tests.support.clock import server_time
 T = "events"
 MAX_SEQ = 2147483647
 DEFAULT_MAX_MESSAGE_BYTES = 1048588
+#: settings.log_retention_ms: the retention of a topic without its own (Kafka's 7 days, revision 0025).
+DEFAULT_RETENTION_MS = 604_800_000
 DAY = timedelta(days=1)
 
 
@@ -712,7 +714,7 @@ def test_invalid_partition_counts(conn: sa.Connection, n: int) -> None:
         {"retention": 5},
         {"max.message.bytes": 5},
         {"max_message_bytes": 0},
-        {"retention_ms": -1},
+        {"retention_ms": -2},  # -1 is "no limit" (revision 0025); nothing else below 1
         {"retention_bytes": 0},
         {"retention_ms": 1.5},
         {"retention_ms": "1000"},
@@ -729,7 +731,7 @@ def test_invalid_topic_configs(conn: sa.Connection, config: dict[str, Any]) -> N
         topics.alter_topic_config(conn, name=T, config=config)
     assert topics.describe_topic(conn, name=T).config == {
         "max_message_bytes": DEFAULT_MAX_MESSAGE_BYTES,
-        "retention_ms": None,
+        "retention_ms": DEFAULT_RETENTION_MS,
         "retention_bytes": None,
         "message_timestamp_after_max_ms": 3_600_000,
     }
@@ -803,16 +805,18 @@ def test_alter_config_and_reset_with_none(conn: sa.Connection) -> None:
         "retention_bytes": 1 << 40,
         "message_timestamp_after_max_ms": 3_600_000,
     }
-    # None resets: the default size limit, no retention.
+    # None resets: the default size limit, the store-wide retention (7 days), no size limit.
     topics.alter_topic_config(
         conn, name=T, config={"max_message_bytes": None, "retention_ms": None, "retention_bytes": None}
     )
-    assert topics.describe_topic(conn, name=T).config == {
+    reset = topics.describe_topic(conn, name=T)
+    assert reset.config == {
         "max_message_bytes": DEFAULT_MAX_MESSAGE_BYTES,
-        "retention_ms": None,
+        "retention_ms": DEFAULT_RETENTION_MS,
         "retention_bytes": None,
         "message_timestamp_after_max_ms": 3_600_000,
     }
+    assert reset.defaults == {"retention_ms"}
     send(conn, None, None, None, recs(b"x" * 11))
     with pytest.raises(errors.UnknownTopicOrPartitionError):
         topics.alter_topic_config(conn, name="nope", config={"retention_ms": 1})
@@ -825,7 +829,7 @@ def test_create_with_config_and_describe_and_list(conn: sa.Connection) -> None:
     assert d.name == "cfg"
     assert d.config == {
         "max_message_bytes": DEFAULT_MAX_MESSAGE_BYTES,
-        "retention_ms": None,
+        "retention_ms": DEFAULT_RETENTION_MS,
         "retention_bytes": 1000,
         "message_timestamp_after_max_ms": 3_600_000,
     }
