@@ -99,11 +99,16 @@ def refusal(sqlstate: str, message: str) -> errors.OncelogError:
 
 @contextlib.contextmanager
 def mapped_errors() -> Iterator[None]:
-    """Re-raise database exceptions inside the block as oncelog errors (chained to the original)."""
+    """Re-raise database exceptions inside the block as oncelog errors, chained to the driver's
+    error. The cause a user sees is psycopg's one exception (the database's message and context),
+    without a traceback of its own and without SQLAlchemy's wrapper: a failure reads in a few
+    lines, not three chained tracebacks."""
     try:
         yield
     except (sa.exc.DBAPIError, psycopg.Error) as exc:
         mapped = translate(exc)
         if mapped is None:
             raise
-        raise mapped from exc
+        orig = exc.orig if isinstance(exc, sa.exc.DBAPIError) else None
+        cause = orig if isinstance(orig, BaseException) else exc
+        raise mapped from cause.with_traceback(None)

@@ -529,3 +529,19 @@ def test_asynchronous_commits_complete_in_order_with_their_callbacks(db_url: str
             consumer.commit(asynchronous=1)  # type: ignore[arg-type]
     with Consumer(db_url, group_id="acommit-g", enable_auto_commit=False) as again:
         assert again.committed([tp]) == {tp: oncelog.OffsetAndMetadata(4, "")}  # close() waited for it
+
+
+def test_an_error_reads_in_a_few_lines(admin: Admin) -> None:
+    """A refusal is the oncelog error, caused by psycopg's one exception (the database's message
+    and context) with no traceback of its own: not three chained tracebacks (psycopg, SQLAlchemy,
+    oncelog)."""
+    import traceback  # noqa: PLC0415
+
+    admin.create_topic("twice")
+    with pytest.raises(errors.TopicAlreadyExistsError) as info:
+        admin.create_topic("twice")
+    cause = info.value.__cause__
+    assert cause is not None and type(cause).__module__.startswith("psycopg") and cause.__traceback__ is None
+    assert "already exists" in str(cause) and "create_topic_v1" in str(cause)  # the database's context
+    text = "".join(traceback.format_exception(info.value))
+    assert "sqlalchemy" not in text and text.count("Traceback") == 1, text
