@@ -1244,6 +1244,16 @@ def spark_reads_section(res: dict[str, Any]) -> list[str]:
         f"| {res['raw_rows_per_s']:,.0f} | {ratio(res['ratio'])} "
         f"| >= {target:g}: **{verdict(res['ratio'], target)}** |",
         "",
+        *(
+            [
+                f"Medians of {len(res['read_pair_ratios'])} pairs in alternating order; the per-pair ratios: "
+                + ", ".join(f"{x:.2f}" for x in res["read_pair_ratios"])
+                + ".",
+                "",
+            ]
+            if res.get("read_pair_ratios")
+            else []
+        ),
     ]
 
 
