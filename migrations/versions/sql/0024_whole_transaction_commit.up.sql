@@ -18,16 +18,19 @@ AS $function$
 -- plans look cheaper, as they know the arrays' lengths), which cost a third of the function's time
 -- in a 10-record commit; the plans do not depend on the lengths.
 --
--- The caller holds, in the documented order, the transactions row with the transaction open
--- (txn_check_v1, transactional requests) and every partition of the batches FOR NO KEY UPDATE, and
--- has checked the request's shape: as many partitions, base sequences and counts as topics, counts
--- >= 1 that add up to the keys, values, headers and timestamps given.
+-- The caller holds, in the documented order, the transactions row (transactional requests: the
+-- transaction open through txn_check_v1, or with p_commit as below) and every partition of the
+-- batches FOR NO KEY UPDATE, and has checked the request's shape: as many partitions, base
+-- sequences and counts as topics, counts >= 1 that add up to the keys, values, headers and
+-- timestamps given.
 --
--- p_commit (revision 0024): these batches are the whole transaction, which opened in the caller's
--- database transaction and commits in it (produce_end_txn_v2). Each partition's commit marker then
--- goes into the same INSERT as the records, right after its batch, the partition's offset moves
--- once, and the transaction's spans are written here; the partitions never join txn_partitions, as
--- no other session can see the transaction open. txn_complete_v1 then finds nothing to mark.
+-- p_commit (revision 0024): these batches are the whole transaction, which the caller opens and
+-- commits in its own database transaction (produce_end_txn_v2: with consumer offsets txn_check_v1
+-- opened it and txn_complete_v1 completes it; without, the caller checked the owner and the epoch
+-- under the producer row's lock, and moves the transactions row to CompleteCommit afterwards).
+-- Each partition's commit marker goes into the same INSERT as the records, right after its batch,
+-- the partition's offset moves once, and the transaction's spans are written here; the partitions
+-- never join txn_partitions, as no other session can see the transaction open.
 DECLARE
     v_txn boolean := p_transactional_id IS NOT NULL;
     v_commit boolean := coalesce(p_commit, false);
