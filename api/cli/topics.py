@@ -252,6 +252,11 @@ def _retention(ms: int | None, from_default: bool) -> str:
     """What a new topic's retention is, and who applies it (the maintenance loop)."""
     if ms is None:
         return "records are kept for ever"
-    days = f" ({ms / 86_400_000:g} days)" if ms % 3_600_000 == 0 else ""
+    if ms % 86_400_000 == 0:
+        span = f" ({ms // 86_400_000} days)"
+    elif ms % 3_600_000 == 0:
+        span = f" ({ms // 3_600_000} hours)"
+    else:
+        span = ""
     source = "the default, settings.log_retention_ms" if from_default else "its retention_ms"
-    return f"records older than {ms} ms{days} ({source}) are deleted by oncelog coordinator run"
+    return f"records older than {ms} ms{span} ({source}) are deleted by oncelog coordinator run"

@@ -209,6 +209,33 @@ def test_a_stale_epoch_is_refused_by_produce_v2_not_appended(conn: sa.Connection
     assert _answers(answers) == [(0, 0, False), (0, 0, False)]
 
 
+def _reference_transaction(
+    conn: sa.Connection, ident: Any, n: int, batches: list[ProduceBatch], *, commit: bool
+) -> list[ProduceResult]:
+    """Transaction ``n`` of tid-ref (``ident`` its InitProducerId answer) on the reference topic:
+    every batch through produce_v2, one by one, then EndTxn; committed to the database."""
+    want = [
+        log.produce(
+            conn,
+            topic=REF,
+            partition=b.partition,
+            records=b.records,
+            producer_id=ident.producer_id,
+            producer_epoch=ident.epoch,
+            base_sequence=b.base_sequence,
+            transactional_id="tid-ref",
+            txn_number=ident.txn_number + n,
+        )
+        for b in batches
+    ]
+    txn.end_txn(
+        conn, transactional_id="tid-ref", producer_id=ident.producer_id, epoch=ident.epoch,
+        txn_number=ident.txn_number + n, commit=commit,
+    )  # fmt: skip
+    conn.commit()
+    return want
+
+
 def test_transactions_commit_as_produce_v2_and_end_txn_would(conn: sa.Connection) -> None:
     """Transactions written through produce_batches and committed through the one-call commit
     (both set-based), against the same batches through produce_v2 and EndTxn: the same records,
@@ -265,30 +292,7 @@ def test_transactions_commit_as_produce_v2_and_end_txn_would(conn: sa.Connection
                 commit=False,
             )
         conn.commit()
-        want = []
-        for b in during + at_commit:
-            want.append(
-                log.produce(
-                    conn,
-                    topic=REF,
-                    partition=b.partition,
-                    records=b.records,
-                    producer_id=r.producer_id,
-                    producer_epoch=r.epoch,
-                    base_sequence=b.base_sequence,
-                    transactional_id="tid-ref",
-                    txn_number=r.txn_number + n,
-                )
-            )
-        txn.end_txn(
-            conn,
-            transactional_id="tid-ref",
-            producer_id=r.producer_id,
-            epoch=r.epoch,
-            txn_number=r.txn_number + n,
-            commit=commit,
-        )
-        conn.commit()
+        want = _reference_transaction(conn, r, n, during + at_commit, commit=commit)
         if commit:
             assert _answers(got) + got_commit == _answers(want)  # type: ignore[arg-type]
         else:
@@ -347,25 +351,7 @@ def test_whole_transactions_commit_with_their_markers_as_end_txn_would(conn: sa.
             assert calls == {"append_batches_v2": 1, "produce_v2": 0, "end_txn_v1": 0}
         conn.commit()
         assert result.outcome == "committed"
-        want = [
-            log.produce(
-                conn,
-                topic=REF,
-                partition=b.partition,
-                records=b.records,
-                producer_id=r.producer_id,
-                producer_epoch=r.epoch,
-                base_sequence=b.base_sequence,
-                transactional_id="tid-ref",
-                txn_number=r.txn_number + n,
-            )
-            for b in batches
-        ]
-        txn.end_txn(
-            conn, transactional_id="tid-ref", producer_id=r.producer_id, epoch=r.epoch, txn_number=r.txn_number + n,
-            commit=True,
-        )  # fmt: skip
-        conn.commit()
+        want = _reference_transaction(conn, r, n, batches, commit=True)
         assert [(b.base_offset, b.last_offset, b.duplicate) for b in result.results] == _answers(want)  # type: ignore[arg-type]
         # A retry of the whole call is answered from the sequence state, the same offsets.
         retry = log.produce_offsets_end_txn(
