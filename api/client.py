@@ -21,6 +21,10 @@ DEFAULT_REQUEST_TIMEOUT_MS = 30_000
 class Client:
     """A connection pool to one oncelog schema; a context manager that closes it."""
 
+    #: Whether the client's calls run on an asyncio event loop (:mod:`oncelog.aio`): its engine
+    #: is then on psycopg's async connections, used from greenlets of the loop.
+    _event_loop = False
+
     def __init__(
         self,
         database_url: str,
@@ -47,7 +51,13 @@ class Client:
         # dead peer; None leaves the server's defaults (no bound).
         self._timeouts = None if request_timeout_ms is None else Timeouts.for_request(request_timeout_ms)
         self._engine: sa.Engine = create_engine(
-            database_url, schema=schema, timeouts=self._timeouts, pool_size=pool_size, max_overflow=8, **engine_kwargs
+            database_url,
+            schema=schema,
+            timeouts=self._timeouts,
+            event_loop=self._event_loop,
+            pool_size=pool_size,
+            max_overflow=8,
+            **engine_kwargs,
         )
         self._closed = False
 
@@ -61,11 +71,7 @@ class Client:
 
         >>> producer = Producer.from_config(url, {"linger.ms": 5, "transactional.id": "billing-1"})
         """
-        kwargs = kafka_config.keyword_arguments(config, kafka_config.keywords(cls), cls.__name__)
-        twice = sorted(kwargs.keys() & overrides.keys())
-        if twice:
-            raise ConfigurationError(f"set in the configuration and as keywords: {', '.join(twice)}")
-        return cls(database_url, **kwargs, **overrides)
+        return cls(database_url, **kafka_config.with_overrides(config, overrides, cls, cls.__name__))
 
     @property
     def schema(self) -> str:

@@ -39,7 +39,7 @@ from oncelog.membership import ConsumerCoordinator, DatabaseGroupStore, Rebalanc
 from oncelog.metrics import WindowedRate
 from oncelog.positions import RESETS, NoOffsetForPartitionError, SubscriptionState
 from oncelog.serde import Deserializer, deserialize_bytes, resolve_deserializer
-from oncelog.store import groups, log
+from oncelog.store import groups, log, runtime
 from oncelog.store import topics as topic_store
 from oncelog.store.engine import DEFAULT_SCHEMA
 from oncelog.store.records import PartitionFetch, WaitRegistration
@@ -145,6 +145,8 @@ class Consumer(Client):
             validate.number("consumer_timeout_ms", consumer_timeout_ms, low=0, error=ConfigurationError)
         if not isinstance(read_ahead, bool):
             raise ConfigurationError(f"read_ahead must be True or False, not {read_ahead!r}")
+        if read_ahead and self._event_loop:
+            raise ConfigurationError("read_ahead fetches on a thread of its own: not on an event loop")
         if not isinstance(listen_for_writes, bool):
             raise ConfigurationError(f"listen_for_writes must be True or False, not {listen_for_writes!r}")
         if not 0 < fetch_min_backoff_ms <= fetch_max_backoff_ms:
@@ -233,6 +235,8 @@ class Consumer(Client):
                 before_revoke=self._commit_revoked,
                 list_topics=self._topic_names,
                 metadata_max_age=metadata_max_age_ms / 1000,
+                # On an event loop (oncelog.aio) the heartbeats are a task of the loop.
+                heartbeat_thread=not self._event_loop,
             )
         self._last_auto_commit = time.monotonic()
 
@@ -528,9 +532,9 @@ class Consumer(Client):
                 # NOTIFY (a flood must not become a fetch loop).
                 idle = min(self._min_backoff, _WAKE_SPACING_S) - (time.monotonic() - last_fetch)
                 if woken and idle > 0:
-                    time.sleep(min(idle, max(deadline - time.monotonic(), 0.0)))
+                    runtime.sleep(min(idle, max(deadline - time.monotonic(), 0.0)))
             else:
-                time.sleep(min(backoff, remaining))
+                runtime.sleep(min(backoff, remaining))
             backoff = min(backoff * 2, self._max_backoff)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
@@ -551,30 +555,35 @@ class Consumer(Client):
             if not records:
                 continue
             idle_since = time.monotonic()
-            subs = self._subscriptions
-            # Where the poll left each partition, and where it stands as the records go out.
-            final: dict[TopicPartition, int | None] = {}
-            at: dict[TopicPartition, int] = {}
-            for r in records:
-                if r.topic_partition not in at:
-                    final[r.topic_partition] = subs.position(r.topic_partition)
-                    at[r.topic_partition] = r.offset
-            for tp, first in at.items():
-                end = final[tp]
-                if end is None or not subs.move_if_at(tp, end, first):
-                    at[tp] = -1
-            for r in records:
-                tp = r.topic_partition
-                # -1: sought or revoked by the caller meanwhile: the rest of its records are stale.
-                if at[tp] < 0 or not subs.move_if_at(tp, at[tp], r.offset + 1):
-                    at[tp] = -1
-                    continue
-                at[tp] = r.offset + 1
-                yield r
-            for tp, offset in at.items():
-                end = final[tp]
-                if offset >= 0 and end is not None:
-                    subs.move_if_at(tp, offset, end)  # past markers and aborted records after the last one
+            yield from self._hand_out(records)
+
+    def _hand_out(self, records: list[ConsumerRecord]) -> Iterator[ConsumerRecord]:
+        """A poll's records one at a time, each partition's position following them (see
+        :meth:`__iter__`)."""
+        subs = self._subscriptions
+        # Where the poll left each partition, and where it stands as the records go out.
+        final: dict[TopicPartition, int | None] = {}
+        at: dict[TopicPartition, int] = {}
+        for r in records:
+            if r.topic_partition not in at:
+                final[r.topic_partition] = subs.position(r.topic_partition)
+                at[r.topic_partition] = r.offset
+        for tp, first in at.items():
+            end = final[tp]
+            if end is None or not subs.move_if_at(tp, end, first):
+                at[tp] = -1
+        for r in records:
+            tp = r.topic_partition
+            # -1: sought or revoked by the caller meanwhile: the rest of its records are stale.
+            if at[tp] < 0 or not subs.move_if_at(tp, at[tp], r.offset + 1):
+                at[tp] = -1
+                continue
+            at[tp] = r.offset + 1
+            yield r
+        for tp, offset in at.items():
+            end = final[tp]
+            if offset >= 0 and end is not None:
+                subs.move_if_at(tp, offset, end)  # past markers and aborted records after the last one
 
     def _waiting(self, remaining: float) -> WaitRegistration | Literal[False] | None:
         """The registration of this reader's wait on the partitions it reads: the one it holds if

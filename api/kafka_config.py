@@ -73,6 +73,16 @@ def keywords(cls: type) -> frozenset[str]:
     return frozenset(p.name for p in params if p.kind in kinds and p.name not in ("self", "database_url"))
 
 
+def with_overrides(config: Mapping[str, Any], overrides: Mapping[str, Any], cls: type, client: str) -> dict[str, Any]:
+    """The keyword arguments of ``cls`` (the client named ``client``) from ``config`` and the
+    ``overrides`` given beside it; a key set in both is a ConfigurationError."""
+    kwargs = keyword_arguments(config, keywords(cls), client)
+    twice = sorted(kwargs.keys() & overrides.keys())
+    if twice:
+        raise ConfigurationError(f"set in the configuration and as keywords: {', '.join(twice)}")
+    return {**kwargs, **overrides}
+
+
 def keyword_arguments(config: Mapping[str, Any], accepted: Collection[str], client: str) -> dict[str, Any]:
     """``config`` (Kafka's dotted names, or the keywords themselves) as keyword arguments of
     ``client``, which takes ``accepted``. ConfigurationError names the first key it cannot take."""

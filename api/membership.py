@@ -212,13 +212,16 @@ class ConsumerCoordinator:
         before_revoke: Callable[[set[TopicPartition]], None] = lambda partitions: None,
         list_topics: Callable[[], Iterable[str]] = lambda: (),
         metadata_max_age: float = 300.0,
+        heartbeat_thread: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``fill_positions(partitions)``: give newly assigned partitions their positions (from
         the group's committed offsets); called before ``on_assign``. ``before_revoke(partitions)``:
         called before ``on_revoke`` (the Consumer's auto-commit of the revoked partitions).
         ``list_topics()``: the topics there are, which a pattern subscription matches again every
-        ``metadata_max_age`` seconds (on the heartbeat thread)."""
+        ``metadata_max_age`` seconds (on the heartbeat thread). Without ``heartbeat_thread``
+        the caller runs the heartbeats (:meth:`heartbeat_interval`, :meth:`heartbeat_once`), as
+        :mod:`oncelog.aio` does from a task of its event loop."""
         self._store = store
         self._subscriptions = subscriptions
         self.group_id = group_id
@@ -260,6 +263,7 @@ class ConsumerCoordinator:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._heartbeat_thread = heartbeat_thread
 
     @property
     def subscription(self) -> list[str] | None:
@@ -296,7 +300,7 @@ class ConsumerCoordinator:
         self._topics = self._match() if pattern is not None else sorted(topics)
         self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
         self._join()
-        if self._thread is None:
+        if self._thread is None and self._heartbeat_thread:
             self._thread = threading.Thread(target=self._heartbeat_loop, name="oncelog-consumer-heartbeat", daemon=True)
             self._thread.start()
 
@@ -466,9 +470,7 @@ class ConsumerCoordinator:
     def _heartbeat_loop(self) -> None:
         try:
             while not self._stop.is_set():
-                interval = self._heartbeat_interval
-                if self.reconciling:
-                    interval = max(interval / _RECONCILE_SPEEDUP, _MIN_HEARTBEAT_S)
+                interval = self.heartbeat_interval()
                 # A change of the group (a member joined or left, a partition was let go of)
                 # ends the wait: members hear of it at once, not at their next interval.
                 self._store.wait_for_change(self.group_id, interval, self._wake)
@@ -477,6 +479,12 @@ class ConsumerCoordinator:
                     return
         finally:
             self._store.close()
+
+    def heartbeat_interval(self) -> float:
+        """Seconds to the next heartbeat: shorter while partitions are still to move."""
+        if self.reconciling:
+            return max(self._heartbeat_interval / _RECONCILE_SPEEDUP, _MIN_HEARTBEAT_S)
+        return self._heartbeat_interval
 
     def heartbeat_once(self) -> bool:
         """One heartbeat (or a leave, past max_poll_interval); False once the membership is fatally

@@ -40,7 +40,7 @@ from oncelog.producer_store import DatabaseStore, ProducerStore
 from oncelog.record_future import RecordFuture
 from oncelog.sender import Sender, SenderMetrics, fail_batch
 from oncelog.serde import Serializer, resolve_serializer, serialize_bytes
-from oncelog.store import topics
+from oncelog.store import runtime, topics
 from oncelog.store.engine import DEFAULT_SCHEMA
 from oncelog.store.records import Headers, encode_headers, record_size
 from oncelog.txn_manager import TransactionManager
@@ -157,7 +157,7 @@ class Producer(Client):
         attempt_timeout = _attempt_timeout(delivery_timeout_ms)
         # Readers waiting on what this producer writes are woken from a thread of its own, outside
         # the writes' transactions (docs/design.md, "Waking readers").
-        self._waker = ReaderWaker(store, request_timeout=attempt_timeout, metric=self._metrics.bump)
+        self._waker = self._new_waker(store, attempt_timeout)
         wake = self._waker.wake if wake_readers else None
         self._manager = TransactionManager(
             store,
@@ -172,7 +172,7 @@ class Producer(Client):
             offsets_with_commit=send_offsets_with_commit,
             wake=wake,
         )
-        self._cond = threading.Condition(threading.Lock())
+        self._cond = self._new_condition()
         self._acc = RecordAccumulator(batch_size=batch_size, max_batch_records=max_batch_records)
         self._sender = Sender(
             store,
@@ -187,6 +187,17 @@ class Producer(Client):
             metrics=self._metrics,
             wake=wake,
         )
+        self._start_sender()
+
+    # --- what runs the sender (oncelog.aio runs it as a task of its event loop instead) ---------
+
+    def _new_condition(self) -> threading.Condition:
+        return threading.Condition(threading.Lock())
+
+    def _new_waker(self, store: ProducerStore, request_timeout: float) -> ReaderWaker:
+        return ReaderWaker(store, request_timeout=request_timeout, metric=self._metrics.bump)
+
+    def _start_sender(self) -> None:
         self._sender_thread = threading.Thread(target=self._sender.run, name="oncelog-producer-sender", daemon=True)
         self._sender_thread.start()
 
@@ -264,11 +275,15 @@ class Producer(Client):
             if key_bytes is None and self._partitioner is self._default_partitioner:
                 # The sticky partition's batch is complete: the next keyless records go elsewhere.
                 self._default_partitioner.on_new_batch(topic, meta.partitions, partition)
-            # Hand the GIL to the sender (notified above) so it starts on the full batch now:
-            # a woken thread otherwise waits for CPython's switch interval (5 ms) while this
-            # thread keeps appending, and a transaction's batches then all wait for its commit.
-            time.sleep(0)
+            self._hand_over()
         return future
+
+    def _hand_over(self) -> None:
+        """A batch is full: let the sender (notified) start on it now."""
+        # Hand the GIL to the sender thread: a woken thread otherwise waits for CPython's switch
+        # interval (5 ms) while this thread keeps appending, and a transaction's batches then all
+        # wait for its commit.
+        time.sleep(0)
 
     def _wait_for_buffer(self, size: int, deadline: float) -> None:
         """Under the lock: wait until ``size`` more bytes fit in buffer_memory (max_block_ms)."""
@@ -348,17 +363,20 @@ class Producer(Client):
         started = time.monotonic()
         manager.begin_abort()
         with self._cond:
-            for batch in self._acc.remove_all_except(self._sender.sending):
-                manager.dropped_unsent(batch)
-                fail_batch(
-                    batch, errors.TransactionAbortedError("the transaction was aborted before this record was sent")
-                )
-            self._cond.notify_all()
+            self._drop_unsent()
             while len(self._acc) or self._sender.in_flight:
                 self._cond.wait(0.5)
         manager.finish_abort(timeout)
         self._metrics.bump("txn_abort_total")
         self._metrics.bump("txn_abort_time_ms_total", (time.monotonic() - started) * 1000)
+
+    def _drop_unsent(self) -> None:
+        """Under the lock, as an abort begins: fail the batches not being sent (never sent, or
+        waiting for a retry); the batches in flight finish as the abort lets them."""
+        for batch in self._acc.remove_all_except(self._sender.sending):
+            self._manager.dropped_unsent(batch)
+            fail_batch(batch, errors.TransactionAbortedError("the transaction was aborted before this record was sent"))
+        self._cond.notify_all()
 
     def prepare_transaction(self, timeout: float | None = None) -> PreparedTransaction:
         """Flush the transaction and hand it over still open, for another party to end in a
@@ -529,7 +547,7 @@ class Producer(Client):
                     raise type(exc)(
                         f"no metadata for topic {topic!r} within max_block_ms ({self._max_block * 1000:.0f} ms): {exc}"
                     ) from exc
-                time.sleep(min(delay, remaining))
+                runtime.sleep(min(delay, remaining))
                 delay = min(delay * 2, delay_max)
 
 

@@ -101,30 +101,46 @@ class Sender:
             while True:
                 with self._cond:
                     batches = self._wait_for_ready()
-                    if batches is None:
-                        return
-                    self._claim(batches)
-                self._send_all(batches)
+                if batches is None:
+                    return
+                self.send_claimed(batches)
         except BaseException as exc:  # never leave futures hanging if the sender dies
             logger.exception("oncelog producer sender failed")
             with self._cond:
-                for batch in list(self._acc.batches()):
-                    fail_batch(batch, errors.ProducerClosedError(f"the sender thread failed: {exc!r}"))
-                self._cond.notify_all()
+                self.fail_queued(errors.ProducerClosedError(f"the sender thread failed: {exc!r}"))
             raise
         finally:
-            self._drop_connection(invalidate=False)
+            self.release()
+
+    def release(self) -> None:
+        """Release the sender's connection (when it stops)."""
+        self._drop_connection(invalidate=False)
 
     def run_once(self) -> int:
         """Send the batches that are ready now, without waiting; return how many (Kafka's
         ``Sender.runOnce``, for tests that drive the sender step by step)."""
         with self._cond:
-            now = self._clock()
-            self._expire_unsent(now)
-            batches = self._acc.ready(now, self._linger, self.flushing > 0 or self.closing)
-            self._claim(batches)
-        self._send_all(batches)
+            batches, _ = self.claim_ready()
+        if not batches:
+            return 0
+        self.send_claimed(batches)
         return len(batches)
+
+    def claim_ready(self) -> tuple[list[ProducerBatch] | None, float | None]:
+        """Under the lock, without waiting: the batches to send now, claimed for
+        :meth:`send_claimed`, or none yet and the time (``clock()``) to look again (None: when
+        notified), or ``(None, None)`` when closing with nothing left. The sender of
+        :mod:`oncelog.aio` waits on the event loop between calls."""
+        now = self._clock()
+        self._expire_unsent(now)
+        ready = self._acc.ready(now, self._linger, self.flushing > 0 or self.closing)
+        if ready:
+            self._claim(ready)
+            return ready, None
+        if self.closing and not len(self._acc):
+            return None, None
+        wake = self._acc.next_wakeup(now, self._linger)
+        return [], None if wake is None else now + wake
 
     def _claim(self, batches: list[ProducerBatch]) -> None:
         for b in batches:
@@ -132,7 +148,14 @@ class Sender:
         self.in_flight = len(batches)
         self.sending = {b.id for b in batches}
 
-    def _send_all(self, batches: list[ProducerBatch]) -> None:
+    def fail_queued(self, exc: BaseException) -> None:
+        """Under the lock: fail every queued batch (the sender stopped; nothing will send them)."""
+        for batch in list(self._acc.batches()):
+            fail_batch(batch, exc)
+        self._cond.notify_all()
+
+    def send_claimed(self, batches: list[ProducerBatch]) -> None:
+        """Send batches claimed by :meth:`claim_ready` (without the lock)."""
         remaining = list(batches)
         while remaining:
             group = self._commit_group()
@@ -179,17 +202,12 @@ class Sender:
             return queued
 
     def _wait_for_ready(self) -> list[ProducerBatch] | None:
-        """Under the lock: the batches to send next, or None when closing with nothing left."""
+        """Under the lock: the batches to send next (claimed), or None when closing with nothing left."""
         while True:
-            now = self._clock()
-            self._expire_unsent(now)
-            ready = self._acc.ready(now, self._linger, self.flushing > 0 or self.closing)
-            if ready:
-                return ready
-            if self.closing and not len(self._acc):
-                return None
-            wake = self._acc.next_wakeup(now, self._linger)
-            self._cond.wait(wake if wake is not None else None)
+            batches, at = self.claim_ready()
+            if batches is None or batches:
+                return batches
+            self._cond.wait(None if at is None else max(at - self._clock(), 0.0))
 
     def _expire_unsent(self, now: float) -> None:
         """Batches never sent that waited past delivery_timeout fail (no unknown outcome, no bump)."""

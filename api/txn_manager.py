@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from oncelog import errors
 from oncelog.accumulator import ProducerBatch
 from oncelog.producer_store import ProducerStore
+from oncelog.store import runtime
 from oncelog.store.records import ProducerIdAndEpoch, TxnOffsets
 from oncelog.txn_state import TransactionStateMachine, TxnState
 from oncelog.types import ConsumerGroupMetadata, PreparedTransaction, TopicPartition
@@ -566,7 +567,7 @@ class TransactionManager:
             except errors.OncelogError as exc:
                 if not exc.retriable or time.monotonic() + delay > deadline:
                     raise
-                time.sleep(delay)
+                runtime.sleep(delay)
                 delay = min(delay * 2, self._backoff_max)
 
     def close(self) -> None:

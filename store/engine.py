@@ -23,6 +23,7 @@ from urllib.parse import quote_plus
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from oncelog.errors import ConfigurationError, DatabaseUnavailableError
 from oncelog.store.errors import mapped_errors
@@ -180,7 +181,12 @@ class Timeouts:
 
 
 def create_engine(
-    url: str | URL, *, schema: str = DEFAULT_SCHEMA, timeouts: Timeouts | None = None, **kwargs: Any
+    url: str | URL,
+    *,
+    schema: str = DEFAULT_SCHEMA,
+    timeouts: Timeouts | None = None,
+    event_loop: bool = False,
+    **kwargs: Any,
 ) -> sa.Engine:
     """An engine whose connections use ``schema`` as their search_path.
 
@@ -188,6 +194,11 @@ def create_engine(
     ``timeouts``, every connection carries the client's statement and lock timeouts, keepalives
     and TCP user timeout (no timeouts for the migrations and maintenance scripts, which may
     legitimately run long).
+
+    ``event_loop``: the engine of an :mod:`oncelog.aio` client, on psycopg's async connections.
+    It is the synchronous face of SQLAlchemy's async engine, usable only inside a greenlet of
+    the event loop (see :mod:`oncelog.store.runtime`); every store function takes its
+    connections as it takes any other.
     """
     schema = validate_schema(schema)
     connect_args = dict(kwargs.pop("connect_args", {}))
@@ -197,12 +208,21 @@ def create_engine(
         for key, value in timeouts.connect_args().items():
             connect_args.setdefault(key, value)
     connect_args.setdefault("options", options)
-    engine = sa.create_engine(
-        database_url(url),
-        connect_args=connect_args,
-        pool_pre_ping=True,
-        **kwargs,
-    )
+    if event_loop:
+        async_engine = create_async_engine(
+            database_url(url).set(drivername="postgresql+psycopg_async"),
+            connect_args=connect_args,
+            pool_pre_ping=True,
+            **kwargs,
+        )
+        engine = async_engine.sync_engine
+    else:
+        engine = sa.create_engine(
+            database_url(url),
+            connect_args=connect_args,
+            pool_pre_ping=True,
+            **kwargs,
+        )
     if timeouts is not None:
         request_ms = timeouts.request_ms
 
@@ -365,6 +385,9 @@ _WATCHDOG = _Watchdog()
 
 
 def _driver_fd(driver: Any) -> int | None:
+    # The pool hands the ping SQLAlchemy's adapter of an async connection (oncelog.aio): its
+    # driver_connection is psycopg's.
+    driver = getattr(driver, "driver_connection", driver)
     try:
         return int(driver.pgconn.socket) if driver is not None else None
     except Exception:  # a closed or broken connection has no socket: nothing to watch

@@ -13,7 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from oncelog.store import log, txn
+from oncelog.store import log, runtime, txn
 from oncelog.store.errors import mapped_errors
 
 
@@ -244,5 +244,5 @@ def offset_fetch_stable(
         unstable = any(a.error == "unstable_offset_commit" or a.expired_transaction for a in answers.values())
         if not unstable or time.monotonic() + backoff > deadline:
             return answers
-        time.sleep(backoff)
+        runtime.sleep(backoff)
         backoff = min(backoff * 2, max_backoff_s)

@@ -24,7 +24,7 @@ from oncelog.errors import (
     OncelogError,
     UnknownTopicOrPartitionError,
 )
-from oncelog.store import schema
+from oncelog.store import runtime, schema
 from oncelog.store.errors import mapped_errors, refusal
 from oncelog.store.records import (
     MAX_BATCHES_PER_REQUEST,
@@ -409,7 +409,7 @@ def _fetch_many(
     # cost far less than SQLAlchemy rows in text format (bench/transactions.py's read cases;
     # docs/bench/report.md, "Read rates", has the binary and text-format baselines).
     # The statement runs inside whatever transaction ``conn`` is in, like every store call.
-    with mapped_errors(), conn.connection.dbapi_connection.cursor(binary=True) as cur:  # type: ignore[union-attr]
+    with mapped_errors(), runtime.driver_cursor(conn, binary=True) as cur:
         cur.execute(_FETCH, params, prepare=True)
         try:
             rows = cur.fetchall()
@@ -551,22 +551,20 @@ def await_notification(conn: sa.Connection, channel: str, wanted: Callable[[str]
     """Wait up to ``timeout`` seconds on ``conn`` (which LISTENs on ``channel``) for a NOTIFY on
     it whose payload is ``wanted``; others are passed over. Notifications that arrived while
     ``conn`` ran other statements are queued by the driver and count."""
-    pg = conn.connection.dbapi_connection
     deadline = time.monotonic() + max(timeout, 0.0)
     with mapped_errors():
         while True:
-            for note in pg.notifies(timeout=max(deadline - time.monotonic(), 0.0)):  # type: ignore[union-attr]
-                if note.channel == channel and wanted(note.payload):
-                    return True
-            if time.monotonic() >= deadline:
+            note = runtime.next_notification(conn, max(deadline - time.monotonic(), 0.0))
+            if note is not None and note.channel == channel and wanted(note.payload):
+                return True
+            if note is None and time.monotonic() >= deadline:
                 return False
 
 
 def drain_wakeups(conn: sa.Connection) -> None:
     """Forget the wake-ups queued on ``conn`` (they are about writes a fetch is about to see)."""
-    pg = conn.connection.dbapi_connection
     with mapped_errors():
-        for _ in pg.notifies(timeout=0):  # type: ignore[union-attr]
+        while runtime.next_notification(conn, 0) is not None:
             pass
 
 
@@ -590,7 +588,7 @@ def wake_readers(conn: sa.Connection, channel: str, tokens: Sequence[str]) -> in
     # As fetches do: psycopg itself and a prepared statement, one NOTIFY per payload's worth of
     # tokens (PostgreSQL takes payloads under 8000 bytes). A busy producer sends one per commit
     # while a reader waits, so this call's cost is the producers' cost of waking readers.
-    with mapped_errors(), conn.connection.dbapi_connection.cursor() as cur:  # type: ignore[union-attr]
+    with mapped_errors(), runtime.driver_cursor(conn) as cur:
         for payload in _payloads(tokens):
             cur.execute(_NOTIFY, (channel, payload), prepare=True)
             sent += 1

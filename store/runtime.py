@@ -1,0 +1,104 @@
+"""How store calls wait: on the caller's thread, or inside an asyncio event loop.
+
+The clients' logic is written once, as plain calls. :mod:`oncelog.aio` runs that same logic on
+the event loop: each client call runs in a greenlet (SQLAlchemy's ``greenlet_spawn``, the way its
+``AsyncConnection.run_sync`` works), over an engine on psycopg's async connections, so every wait
+for the database suspends the greenlet and hands the loop back instead of blocking it.
+
+The statements go through SQLAlchemy, which does that by itself. What store code does beside them
+goes through this module instead, which does the same for the few places that talk to psycopg or
+the clock directly: :func:`sleep` (a backoff), :func:`driver_cursor` (the hot read path's binary,
+prepared statements) and :func:`next_notification` (LISTEN's wake-ups).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import psycopg
+import sqlalchemy as sa
+from sqlalchemy.util.concurrency import await_only, in_greenlet
+
+__all__ = ["driver_cursor", "next_notification", "on_event_loop", "sleep"]
+
+
+def on_event_loop() -> bool:
+    """Whether this code runs in a greenlet of :mod:`oncelog.aio` (an event loop's thread)."""
+    return bool(in_greenlet())
+
+
+def sleep(seconds: float) -> None:
+    """Wait ``seconds``: ``time.sleep`` on a thread; on the event loop, ``asyncio.sleep``, so
+    the loop serves other tasks meanwhile."""
+    if on_event_loop():
+        await_only(asyncio.sleep(seconds))
+    else:
+        time.sleep(seconds)
+
+
+class _LoopCursor:
+    """A psycopg async cursor driven from a greenlet: the calls the store makes on a cursor."""
+
+    def __init__(self, cursor: psycopg.AsyncCursor[Any]) -> None:
+        self._cursor = cursor
+
+    def execute(self, query: str, params: Any = None, *, prepare: bool | None = None) -> _LoopCursor:
+        await_only(self._cursor.execute(query, params, prepare=prepare))
+        return self
+
+    def fetchall(self) -> list[Any]:
+        return list(await_only(self._cursor.fetchall()))
+
+    def fetchone(self) -> Any:
+        return await_only(self._cursor.fetchone())
+
+    @property
+    def description(self) -> Sequence[Any] | None:
+        return self._cursor.description
+
+    def close(self) -> None:
+        await_only(self._cursor.close())
+
+
+@contextlib.contextmanager
+def driver_cursor(conn: sa.Connection, *, binary: bool = False) -> Iterator[Any]:
+    """A psycopg cursor on ``conn``'s own driver connection (``execute``, ``fetchall``,
+    ``fetchone``), inside whatever transaction ``conn`` is in; on the event loop, the async
+    connection's cursor behind the same calls."""
+    driver = conn.connection.driver_connection
+    if isinstance(driver, psycopg.AsyncConnection):
+        cursor = _LoopCursor(driver.cursor(binary=binary))
+        try:
+            yield cursor
+        finally:
+            cursor.close()
+        return
+    if not isinstance(driver, psycopg.Connection):
+        raise TypeError(f"oncelog runs on psycopg 3, not {type(driver).__name__}")
+    with driver.cursor(binary=binary) as cur:
+        yield cur
+
+
+def next_notification(conn: sa.Connection, timeout: float) -> psycopg.Notify | None:
+    """The next notification ``conn`` (which LISTENs) received: one the driver queued already,
+    else the first to arrive within ``timeout`` seconds (0: only a queued one); None if none."""
+    driver = conn.connection.driver_connection
+    if isinstance(driver, psycopg.AsyncConnection):
+        return await_only(_first(driver, timeout))
+    if not isinstance(driver, psycopg.Connection):
+        raise TypeError(f"oncelog runs on psycopg 3, not {type(driver).__name__}")
+    # Closed at once: psycopg holds the connection's lock while its generator is open.
+    with contextlib.closing(driver.notifies(timeout=timeout, stop_after=1)) as notes:
+        return next(notes, None)
+
+
+async def _first(driver: psycopg.AsyncConnection[Any], timeout: float) -> psycopg.Notify | None:
+    notes = driver.notifies(timeout=timeout, stop_after=1)
+    try:
+        return await anext(notes, None)
+    finally:
+        await notes.aclose()
