@@ -1,5 +1,6 @@
-"""The exactly-once loop end to end: examples/consume_transform_produce.py in several
-processes of one consumer group, killed, restarted, added and removed while transactions are open.
+"""The exactly-once loop end to end: examples/consume_transform_produce.py (and its asyncio
+twin, examples/aio_consume_transform_produce.py) in several processes of one consumer group,
+killed, restarted, added and removed while transactions are open.
 
 Modelled on Kafka's transactions system test (copiers killed hard while copying) with consumer
 groups (KIP-447). The input topic (4 partitions) is written in chunks while the members run, so
@@ -45,7 +46,8 @@ import sqlalchemy as sa
 from oncelog import Admin, Consumer, Producer, TopicPartition
 from tests.support import REPO
 
-EXAMPLE = REPO / "examples" / "consume_transform_produce.py"
+#: The loop on threads (oncelog's clients) and on asyncio (oncelog.aio's): the same test for both.
+EXAMPLES = ["consume_transform_produce", "aio_consume_transform_produce"]
 IN, OUT, GROUP = "in", "out", "copiers"
 PARTITIONS = 4
 PER_PARTITION = 750  # 3000 unique records
@@ -110,6 +112,7 @@ class Pipeline:
     url: str
     tmp: Path
     engine: sa.Engine
+    example: Path
     members: list[Member] = field(default_factory=list)
     tids: int = 0
     written: int = 0  # records written per partition
@@ -126,7 +129,7 @@ class Pipeline:
         log = self.tmp / f"{tid}.{number}.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-c", BOOT, str(EXAMPLE), IN, OUT, GROUP, tid, str(IDLE_EXIT)],
+                [sys.executable, "-c", BOOT, str(self.example), IN, OUT, GROUP, tid, str(IDLE_EXIT)],
                 cwd=REPO,
                 env={**os.environ, "ONCELOG_DATABASE_URL": self.url},
                 stdout=out,
@@ -282,14 +285,15 @@ def topics(db_url: str) -> str:
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize("example", EXAMPLES)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_members_killed_added_and_removed_copy_every_record_exactly_once(
-    topics: str, engine: sa.Engine, tmp_path: Path, seed: int
+    topics: str, engine: sa.Engine, tmp_path: Path, seed: int, example: str
 ) -> None:
     url = topics
     rng = random.Random(seed)
     plan = draw_plan(seed)
-    pipe = Pipeline(url, tmp_path, engine)
+    pipe = Pipeline(url, tmp_path, engine, REPO / "examples" / f"{example}.py")
     chunk = -(-PER_PARTITION // CHUNKS)
     try:
         with Producer(url, linger_ms=2) as producer:

@@ -7,6 +7,7 @@ timeout plus a generous margin. The margin only bounds the call: nothing here as
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ import psycopg
 import pytest
 
 import oncelog
-from oncelog import errors
+from oncelog import aio, errors
 from oncelog.types import TopicPartition
 from tests.support.logcheck import host_port, read_partition, sslmode_disable, values, wait_until
 from tests.support.proxy import FaultProxy
@@ -160,3 +161,47 @@ def test_admin_calls_and_flush_through_a_stalled_network_end_within_their_timeou
             proxy.resume()
             producer.close(timeout=10)
             admin.close()
+
+
+@pytest.mark.timeout(120)
+def test_the_asyncio_clients_through_a_stalled_network_end_within_their_timeouts(db_url: str) -> None:
+    """oncelog.aio on async connections: the same bounds (the watchdog cuts an async connection's
+    socket too), and the loop keeps running meanwhile."""
+    with oncelog.Admin(db_url) as admin:
+        admin.create_topic("t", partitions=1)
+    host, port = host_port(db_url)
+
+    async def main(url: str, proxy: FaultProxy) -> None:
+        admin = aio.Admin(url, request_timeout_ms=2000)
+        producer = aio.Producer(url, linger_ms=0, delivery_timeout_ms=4000)
+        consumer = aio.Consumer(url, isolation_level="read_uncommitted")
+        try:
+            assert await admin.list_topics() == {"t": 1}  # a pooled connection exists
+            await producer.send_and_wait("t", b"r0")
+            tp = TopicPartition("t", 0)
+            await consumer.assign([tp])
+            assert [r.value for r in await consumer.poll(timeout=10)] == [b"r0"]
+            proxy.stall(40)
+            for _ in range(2):  # the pooled connection (its ping), then a new one
+                started = time.monotonic()
+                with pytest.raises(errors.DatabaseUnavailableError):
+                    await admin.list_topics()
+                assert time.monotonic() - started < 2 + MARGIN
+            for _ in range(2):  # the kept connection, then a fresh one through the same stall
+                started = time.monotonic()
+                with contextlib.suppress(errors.DatabaseUnavailableError):
+                    assert await consumer.poll(timeout=1) == []
+                assert time.monotonic() - started < 1 + MARGIN
+            started = time.monotonic()
+            future = await producer.send("t", b"r1")
+            with pytest.raises(errors.DeliveryTimeoutError):
+                await future  # its delivery timeout ends it
+            assert time.monotonic() - started < 4 + MARGIN
+        finally:
+            proxy.resume()
+            await producer.close(timeout=10)
+            await consumer.close()
+            await admin.close()
+
+    with FaultProxy(host, port) as proxy:
+        asyncio.run(main(proxy.url_for(sslmode_disable(db_url)), proxy))
