@@ -20,7 +20,7 @@ from sqlalchemy import orm
 
 from oncelog import errors, validate
 from oncelog.serde import Serializer, resolve_serializer
-from oncelog.store import outbox
+from oncelog.store import outbox, runtime
 from oncelog.store.engine import DEFAULT_SCHEMA
 from oncelog.store.records import encode_headers
 
@@ -28,7 +28,7 @@ __all__ = ["send"]
 
 
 def send(
-    conn: sa.Connection | orm.Session | psycopg.Connection[Any],
+    conn: sa.Connection | orm.Session | psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
     topic: str,
     value: Any,
     key: Any = None,
@@ -52,9 +52,12 @@ def send(
     header_json = encode_headers(validate.headers(headers))
     if isinstance(conn, orm.Session):
         conn = conn.connection()
-    if not isinstance(conn, sa.Connection | psycopg.Connection):
+    if not isinstance(conn, sa.Connection | psycopg.Connection) and not (
+        isinstance(conn, psycopg.AsyncConnection) and runtime.on_event_loop()  # from oncelog.aio.send
+    ):
         raise errors.InvalidRequestError(
             f"send() needs a SQLAlchemy Connection or Session, or a psycopg connection, not {type(conn).__name__}"
+            + (" (for an async one: await oncelog.aio.send(...))" if isinstance(conn, psycopg.AsyncConnection) else "")
         )
     return outbox.send(
         conn,

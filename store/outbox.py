@@ -9,12 +9,13 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
+from oncelog.store import runtime
 from oncelog.store.engine import validate_schema
 from oncelog.store.errors import mapped_errors
 
 
 def send(
-    conn: sa.Connection | psycopg.Connection[Any],
+    conn: sa.Connection | psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
     *,
     schema: str,
     topic: str,
@@ -32,10 +33,12 @@ def send(
     with mapped_errors():
         if isinstance(conn, sa.Connection):
             return int(conn.exec_driver_sql(sql, params).scalar_one())
-        with conn.cursor() as cur:
+        # (An async connection: the call runs on its event loop, oncelog.aio.send.)
+        with runtime.cursor(conn) as cur:
             cur.execute(sql, params)
             row = cur.fetchone()
-    assert row is not None  # a SELECT of one function call answers one row
+    if row is None:  # a SELECT of one function call answers one row
+        raise RuntimeError("send_v1 answered no row")
     return int(row[0])
 
 

@@ -23,7 +23,7 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.util.concurrency import await_only, in_greenlet
 
-__all__ = ["driver_cursor", "next_notification", "on_event_loop", "sleep"]
+__all__ = ["cursor", "driver_cursor", "next_notification", "on_event_loop", "sleep"]
 
 
 def on_event_loop() -> bool:
@@ -64,12 +64,17 @@ class _LoopCursor:
         await_only(self._cursor.close())
 
 
-@contextlib.contextmanager
-def driver_cursor(conn: sa.Connection, *, binary: bool = False) -> Iterator[Any]:
+def driver_cursor(conn: sa.Connection, *, binary: bool = False) -> contextlib.AbstractContextManager[Any]:
     """A psycopg cursor on ``conn``'s own driver connection (``execute``, ``fetchall``,
     ``fetchone``), inside whatever transaction ``conn`` is in; on the event loop, the async
     connection's cursor behind the same calls."""
-    driver = conn.connection.driver_connection
+    return cursor(conn.connection.driver_connection, binary=binary)
+
+
+@contextlib.contextmanager
+def cursor(driver: Any, *, binary: bool = False) -> Iterator[Any]:
+    """A cursor of a psycopg connection; of an async one (used on the event loop), behind the
+    calls of a plain cursor."""
     if isinstance(driver, psycopg.AsyncConnection):
         cursor = _LoopCursor(driver.cursor(binary=binary))
         try:

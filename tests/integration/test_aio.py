@@ -12,11 +12,13 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
+import psycopg
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 from oncelog import ConsumerRecord, TopicPartition, errors
-from oncelog.aio import Admin, Consumer, Producer
+from oncelog.aio import Admin, Consumer, Producer, send
 from oncelog.txn_state import TxnState
 from tests.support.roles import Principal, client_principal
 
@@ -334,5 +336,37 @@ def test_kafka_configuration_names(app: Principal) -> None:
             assert TOPIC in await admin.list_topics()
         with pytest.raises(errors.ConfigurationError, match="linger"):
             Producer.from_config(app.url, {"linger.ms": 1}, linger_ms=2)
+
+    run(main)
+
+
+def test_send_in_the_applications_own_async_transaction(app: Principal) -> None:
+    """oncelog.aio.send on the application's own async connections (SQLAlchemy's AsyncSession and
+    AsyncConnection, psycopg's AsyncConnection): appended when the transaction commits, never if
+    it rolls back, checked at once."""
+
+    async def main() -> None:
+        engine = create_async_engine(app.url.replace("postgresql+psycopg://", "postgresql+psycopg_async://"))
+        try:
+            async with AsyncSession(engine) as session, session.begin():
+                assert await send(session, TOPIC, b"session", partition=0) == 0
+            async with engine.connect() as conn:
+                await send(conn, TOPIC, b"rolled back", partition=0)
+                await conn.rollback()
+                with pytest.raises(errors.UnknownTopicOrPartitionError):
+                    await send(conn, "no-such-topic", b"v")
+                await conn.rollback()
+                await send(conn, TOPIC, {"n": 1}, key="k", value_serializer="json", key_serializer="str")
+                await conn.commit()
+        finally:
+            await engine.dispose()
+        conninfo = app.url.replace("postgresql+psycopg://", "postgresql://")
+        async with await psycopg.AsyncConnection.connect(conninfo) as pg:
+            await send(pg, TOPIC, b"psycopg", partition=2)
+            await pg.commit()
+        with pytest.raises(errors.InvalidRequestError, match="AsyncConnection"):
+            await send(object(), TOPIC, b"v")  # type: ignore[arg-type]
+        values = sorted(r.value or b"" for r in await read_all(app.url))
+        assert values == sorted([b"session", b'{"n":1}', b"psycopg"])
 
     run(main)
