@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping
 from datetime import datetime
 from typing import Any, Self
 
@@ -21,18 +21,78 @@ from oncelog.aio._loop import CallLock, LoopCondition, Signal, call
 from oncelog.client import Client
 from oncelog.producer import Producer as SyncProducer
 from oncelog.producer_store import ProducerStore
+from oncelog.record_future import RecordFuture
+from oncelog.store import runtime, topics
 from oncelog.store.records import Headers
 from oncelog.txn_state import TxnState
 from oncelog.types import ConsumerGroupMetadata, OffsetAndMetadata, PreparedTransaction, RecordMetadata, TopicPartition
 from oncelog.waker import ReaderWaker
 
-__all__ = ["Producer"]
+__all__ = ["Producer", "SendFuture"]
 
 logger = logging.getLogger(__name__)
 
 
 class _BufferFull(Exception):
     """send() would have to wait for room in buffer_memory: on the loop, the caller awaits it."""
+
+
+class _NeedsTheStore(Exception):
+    """send() would have to ask the store (a topic's metadata) outside a greenlet of the loop."""
+
+
+class SendFuture:
+    """What :meth:`Producer.send` returns: the record's RecordMetadata once acknowledged, as an
+    awaitable (``await future``, ``asyncio.gather``) with asyncio.Future's reading methods.
+
+    One handle on the record's batch (all of a batch's records complete together), not an
+    asyncio.Future per record: a waiter is made only for a record someone awaits."""
+
+    __slots__ = ("_record",)
+
+    def __init__(self, record: RecordFuture) -> None:
+        self._record = record
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        record = self._record
+        if not record.done():
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+            def wake(metadata: RecordMetadata | None, exc: BaseException | None) -> None:
+                if not waiter.done():  # (cancelled: the awaiting task was)
+                    waiter.set_result(None)
+
+            # Called where the batch completes: the sender's task, on this loop.
+            record.add_record_callback(wake)
+            yield from waiter.__await__()
+        return record.result(0)
+
+    def done(self) -> bool:
+        """Whether the record was acknowledged or failed."""
+        return self._record.done()
+
+    def result(self) -> RecordMetadata:
+        """Where the record landed; its error; asyncio.InvalidStateError while on its way."""
+        if not self._record.done():
+            raise asyncio.InvalidStateError("the record is still on its way")
+        return self._record.result(0)
+
+    def exception(self) -> BaseException | None:
+        """The record's error (None once acknowledged); asyncio.InvalidStateError while on its way."""
+        if not self._record.done():
+            raise asyncio.InvalidStateError("the record is still on its way")
+        return self._record.exception(0)
+
+    def add_done_callback(self, fn: Callable[[SendFuture], object]) -> None:
+        """Call ``fn(future)`` when the record completes (at once if it has), on the loop."""
+
+        def call_fn(metadata: RecordMetadata | None, exc: BaseException | None) -> None:
+            fn(self)
+
+        self._record.add_record_callback(call_fn)
+
+    def __repr__(self) -> str:
+        return f"<SendFuture {self._record!r}>"
 
 
 class _LoopWaker(ReaderWaker):
@@ -89,17 +149,14 @@ class _LoopProducer(SyncProducer):
     def _hand_over(self) -> None:
         self.hand_over = True  # send() yields to the loop, where the sender task is ready to run
 
+    def _fetch_metadata(self, topic: str, deadline: float) -> topics.TopicMetadata:
+        if not runtime.on_event_loop():
+            raise _NeedsTheStore()  # send() itself: it asks again from a greenlet
+        return super()._fetch_metadata(topic, deadline)
+
     def _dispose(self) -> None:
         """Release the connection pool (what Client.close does; the rest is the caller's)."""
         Client.close(self)
-
-    def metadata_cached(self, topic: str) -> bool:
-        """Whether send() finds ``topic``'s metadata without asking the store."""
-        try:
-            cached = self._metadata.get(topic)
-        except TypeError:  # not a topic name: send() raises the typed error
-            return True
-        return cached is not None and time.monotonic() - cached[0] < self._metadata_max_age
 
 
 class Producer:
@@ -160,55 +217,44 @@ class Producer:
         partition: int | None = None,
         headers: Headers | Mapping[str, bytes | None] | None = None,
         timestamp: datetime | float | None = None,
-    ) -> asyncio.Future[RecordMetadata]:
+    ) -> SendFuture:
         """Queue a record and return a future of its RecordMetadata (aiokafka's ``send``):
         ``await (await producer.send(...))``. Bad input raises a typed error here and queues
         nothing; with buffer_memory full this waits for room, up to ``max_block_ms``."""
-        self._ensure_sender()
+        task = self._task
+        if task is None or task.done():
+            self._ensure_sender()
         sync = self._sync
-        if not sync.metadata_cached(topic):
-            await call(sync.partitions_for, topic)  # fetched (with retries) off the loop's thread
-        deadline = time.monotonic() + sync._max_block
+        deadline: float | None = None
+        fetch = False
         while True:
             try:
-                handle = sync.send(topic, value, key, partition=partition, headers=headers, timestamp=timestamp)
+                if fetch:
+                    handle = await call(
+                        sync.send, topic, value, key, partition=partition, headers=headers, timestamp=timestamp
+                    )
+                else:
+                    handle = sync.send(topic, value, key, partition=partition, headers=headers, timestamp=timestamp)
                 break
+            except _NeedsTheStore:
+                # The topic's metadata is to be fetched: send() again where it may wait for the
+                # store (retried up to max_block_ms).
+                fetch = True
             except _BufferFull:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or sync._sender.closing:
+                now = time.monotonic()
+                deadline = now + sync._max_block if deadline is None else deadline
+                if now >= deadline or sync._sender.closing:
                     raise errors.DeliveryTimeoutError(
                         f"buffer_memory ({sync._buffer_memory} bytes) stayed full for max_block_ms"
                     ) from None
-                await sync.signal.wait(remaining)
+                await sync.signal.wait(deadline - now)
         if sync.hand_over:
             # A batch is full: the sender starts on it now, not after the application's next
             # wait (which, in a loop of sends, may be the commit: a transaction's batches
             # would all wait for it).
             sync.hand_over = False
             await asyncio.sleep(0)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[RecordMetadata] = loop.create_future()
-
-        def complete(metadata: RecordMetadata | None, exc: BaseException | None) -> None:
-            if future.done():
-                return
-            if exc is not None:
-                future.set_exception(exc)
-            elif metadata is not None:
-                future.set_result(metadata)
-
-        def settle(metadata: RecordMetadata | None, exc: BaseException | None) -> None:
-            try:
-                on_loop = asyncio.get_running_loop() is loop
-            except RuntimeError:
-                on_loop = False
-            if on_loop:
-                complete(metadata, exc)
-            elif not loop.is_closed():
-                loop.call_soon_threadsafe(complete, metadata, exc)
-
-        handle.add_record_callback(settle)
-        return future
+        return SendFuture(handle)
 
     async def send_and_wait(
         self,

@@ -76,7 +76,7 @@ def test_round_trip_as_a_client_login(app: Principal) -> None:
 
 def test_transactions_commit_abort_and_read_committed(app: Principal) -> None:
     async def main() -> None:
-        async with Producer(app.url, transactional_id="aio-tx", max_batch_records=10) as producer:
+        async with Producer(app.url, transactional_id="aio-tx", max_batch_records=10, linger_ms=60_000) as producer:
             await producer.init_transactions()
             async with producer.transaction():
                 for i in range(50):
@@ -86,11 +86,19 @@ def test_transactions_commit_abort_and_read_committed(app: Principal) -> None:
             doomed = [await producer.send(TOPIC, b"aborted", partition=i % PARTITIONS) for i in range(30)]
             await producer.flush()  # in the log, then aborted
             await producer.abort_transaction()
+            called: list[object] = []
             with pytest.raises(RuntimeError):
                 async with producer.transaction():
-                    await producer.send(TOPIC, b"dropped", partition=0)
+                    dropped = await producer.send(TOPIC, b"dropped", partition=0)
+                    assert not dropped.done()
+                    with pytest.raises(asyncio.InvalidStateError):
+                        dropped.result()
+                    dropped.add_done_callback(called.append)
                     raise RuntimeError("the application failed")
             assert producer.transaction_state is TxnState.READY
+            assert called == [dropped] and isinstance(dropped.exception(), errors.TransactionAbortedError)
+            with pytest.raises(errors.TransactionAbortedError):
+                await dropped
         assert all(f.done() and f.exception() is None for f in doomed)
         committed = [r.value for r in await read_all(app.url)]
         assert committed == [b"committed"] * 50
