@@ -20,7 +20,10 @@ For every value size (100 B, 1 KiB), partition count (1, 8) and batch size (1, 1
 * producer: ``oncelog.Producer`` with ``max_batch_records`` = the batch size and a long linger, so
   batches leave full (tuned); records/s from the first ``send`` to the end of ``flush``;
 * producer_defaults (1000-record batches only): ``oncelog.Producer(url)`` with nothing set, sending
-  the same records to the same partitions.
+  the same records to the same partitions;
+* producer_aio (1000-record batches only): ``oncelog.aio.Producer``, tuned as the Producer, sending
+  from a coroutine (``await send()``, the futures dropped, then ``await flush()``), reported against
+  the Producer (``ratio_aio_producer``).
 
 With 8 partitions, raw and store use one writer thread (and connection) per partition (store: one
 producer id per thread); the Producer is one Producer sending round-robin to the 8 partitions.
@@ -43,6 +46,7 @@ trip, and a binary COPY; the baseline is the faster p50 of the two).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import gc
 import json
@@ -66,6 +70,7 @@ import psycopg
 import sqlalchemy as sa
 
 from oncelog import Producer
+from oncelog.aio import Producer as AsyncProducer
 from oncelog.embedded import EmbeddedPostgres
 from oncelog.store import cluster, create_engine, migrate
 from oncelog.store import log as store_log
@@ -532,8 +537,9 @@ def store_throughput(bench: Bench, cfg: Config, data: Data) -> Measurement:
     return Measurement(cfg.records, seconds, cfg.records * data.record_bytes, cost.per_record(cfg.records))
 
 
-def producer_throughput(bench: Bench, cfg: Config, data: Data, *, tuned: bool = True) -> Measurement:
-    """The Producer: tuned to the case's batch size (``tuned``), or ``Producer(url)`` with nothing set."""
+def producer_throughput(bench: Bench, cfg: Config, data: Data, *, tuned: bool = True, aio: bool = False) -> Measurement:
+    """The Producer: tuned to the case's batch size (``tuned``), or ``Producer(url)`` with nothing set;
+    with ``aio``, oncelog.aio's Producer, sending from one coroutine on an event loop of its own."""
     bench.reset()
     topic, _ = bench.new_topic(cfg.partitions)
     keys, values, parts, total = data.keys, data.values, cfg.partitions, cfg.records
@@ -548,21 +554,40 @@ def producer_throughput(bench: Bench, cfg: Config, data: Data, *, tuned: bool = 
         else {}
     )
     cost = ClientCost()
-    with Producer(bench.sa_url, **settings) as producer:
-        producer.partitions_for(topic)  # topic metadata cached before the clock starts
-        cost.start()
-        started = time.perf_counter()
-        try:
-            # The futures are dropped, as a sender that does not need them drops them: holding 100k of
-            # them would make the collector trace the bench's list, not the Producer's garbage.
-            for i in range(total):
-                j = i % POOL
-                producer.send(topic, values[j], key=keys[j], partition=i % parts)
-            producer.flush()
-        finally:
-            seconds = time.perf_counter() - started
-            cost.stop()
-        metrics = producer.metrics()
+
+    def send_all() -> tuple[float, dict[str, float]]:
+        with Producer(bench.sa_url, **settings) as producer:
+            producer.partitions_for(topic)  # topic metadata cached before the clock starts
+            cost.start()
+            started = time.perf_counter()
+            try:
+                # The futures are dropped, as a sender that does not need them drops them: holding 100k
+                # of them would make the collector trace the bench's list, not the Producer's garbage.
+                for i in range(total):
+                    j = i % POOL
+                    producer.send(topic, values[j], key=keys[j], partition=i % parts)
+                producer.flush()
+            finally:
+                seconds = time.perf_counter() - started
+                cost.stop()
+            return seconds, producer.metrics()
+
+    async def send_all_aio() -> tuple[float, dict[str, float]]:
+        async with AsyncProducer(bench.sa_url, **settings) as producer:
+            await producer.partitions_for(topic)
+            cost.start()
+            started = time.perf_counter()
+            try:
+                for i in range(total):
+                    j = i % POOL
+                    await producer.send(topic, values[j], key=keys[j], partition=i % parts)
+                await producer.flush()
+            finally:
+                seconds = time.perf_counter() - started
+                cost.stop()
+            return seconds, producer.metrics()
+
+    seconds, metrics = asyncio.run(send_all_aio()) if aio else send_all()
     # Every record acknowledged, none failed, and the log holds exactly them.
     if int(metrics["record_send_total"]) != total or metrics["record_error_total"]:
         raise RuntimeError(f"{cfg.key}: {total} records sent, the Producer's metrics say {metrics}")
@@ -703,6 +728,7 @@ def measure_case(bench: Bench, cfg: Config, data: Data, repeat: int) -> dict[str
     }
     if cfg.batch == DEFAULTS_BATCH:
         measure["producer_defaults"] = lambda: producer_throughput(bench, cfg, data, tuned=False)
+        measure["producer_aio"] = lambda: producer_throughput(bench, cfg, data, aio=True)
     runs: dict[str, list[Measurement]] = {kind: [] for kind in measure}
     for rep in range(repeat):
         for kind in list(measure) if rep % 2 == 0 else list(measure)[::-1]:
@@ -729,6 +755,8 @@ def measure_case(bench: Bench, cfg: Config, data: Data, repeat: int) -> dict[str
         defaults = runs["producer_defaults"]
         case["ratio_defaults_tuned"] = paired(defaults, [m.records_per_s for m in runs["producer"]])
         case["ratio_defaults_store"] = paired(defaults, [m.records_per_s for m in runs["store"]])
+    if "producer_aio" in runs:
+        case["ratio_aio_producer"] = paired(runs["producer_aio"], [m.records_per_s for m in runs["producer"]])
     return case
 
 
@@ -851,6 +879,7 @@ CASE_TITLES = {
     "store": "store.log.produce",
     "producer": "Producer",
     "producer_defaults": "Producer(url), defaults",
+    "producer_aio": "oncelog.aio.Producer, tuned",
 }
 LATENCY_TITLES = {
     "producer": "Producer (linger_ms=0): send + wait for the future",

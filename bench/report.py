@@ -95,6 +95,7 @@ CLIENT_COST_KINDS = {
     "store": "store call",
     "producer": "Producer",
     "producer_defaults": "Producer(url)",
+    "producer_aio": "oncelog.aio.Producer",
 }
 #: The raw single-row writes of the produce latency, by their JSON key (older results hold the INSERT alone).
 PRODUCE_RAW_LATENCY = {"raw": "single-row INSERT", "raw_copy": "single-row binary COPY"}
@@ -450,6 +451,17 @@ def producer_headlines(res: dict[str, Any], cases: Sequence[dict[str, Any]], nam
                 _goal(res, "defaults_vs_tuned", DEFAULTS_TARGET),
                 min(c["ratio_defaults_tuned"] for c in cases),
                 name="the Producer's defaults against the tuned Producer",
+                several=len(cases) > 1,
+            )
+        )
+    if all("ratio_aio_producer" in c for c in cases):
+        rows.append(
+            Headline(
+                f"oncelog.aio.Producer (tuned, from one coroutine) vs the Producer: {names}",
+                ", ".join(compact(c["producer_aio"]["records_per_s"]) for c in cases) + " records/s",
+                "Producer " + ", ".join(compact(c["producer"]["records_per_s"]) for c in cases),
+                ", ".join(ratio(c["ratio_aio_producer"]) for c in cases),
+                name="the asyncio Producer against the Producer",
                 several=len(cases) > 1,
             )
         )
