@@ -34,7 +34,7 @@ import sqlalchemy as sa
 
 from oncelog import errors
 from oncelog.positions import SubscriptionState
-from oncelog.store import groups
+from oncelog.store import groups, runtime
 from oncelog.store.groups import Membership
 from oncelog.types import TopicPartition
 
@@ -151,7 +151,7 @@ class DatabaseGroupStore:
         the next call, which connects again."""
         deadline = time.monotonic() + timeout
         if self._connect is None:
-            interrupt.wait(timeout)
+            _pause(interrupt, timeout)
             return
         digest = groups.change_digest(group_id)
         try:
@@ -170,7 +170,7 @@ class DatabaseGroupStore:
         except errors.OncelogError:
             logger.debug("listening for group changes failed; sleeping instead", exc_info=True)
             self.close()
-            interrupt.wait(max(deadline - time.monotonic(), 0.0))
+            _pause(interrupt, max(deadline - time.monotonic(), 0.0))
 
     def close(self) -> None:
         """Close the listening connection, if any."""
@@ -470,15 +470,21 @@ class ConsumerCoordinator:
     def _heartbeat_loop(self) -> None:
         try:
             while not self._stop.is_set():
-                interval = self.heartbeat_interval()
-                # A change of the group (a member joined or left, a partition was let go of)
-                # ends the wait: members hear of it at once, not at their next interval.
-                self._store.wait_for_change(self.group_id, interval, self._wake)
-                self._wake.clear()
+                self.wait_for_change()
                 if self._stop.is_set() or not self.heartbeat_once():
                     return
         finally:
             self._store.close()
+
+    def wait_for_change(self) -> None:
+        """Until the next heartbeat is due, or the group changes (a member joined or left, a
+        partition was let go of): members hear of a change at once, not at their next interval."""
+        self._store.wait_for_change(self.group_id, self.heartbeat_interval(), self._wake)
+        self._wake.clear()
+
+    def close(self) -> None:
+        """Release the group store's own connection (its LISTEN), when the heartbeats stop."""
+        self._store.close()
 
     def heartbeat_interval(self) -> float:
         """Seconds to the next heartbeat: shorter while partitions are still to move."""
@@ -549,6 +555,15 @@ class ConsumerCoordinator:
         if names != self._topics:
             with self._lock:
                 self._resubscribe = names
+
+
+def _pause(interrupt: threading.Event, seconds: float) -> None:
+    """Wait ``seconds`` or until ``interrupt`` is set; on an event loop (oncelog.aio), where no
+    thread sets it, a sleep that lets the loop run."""
+    if runtime.on_event_loop():
+        runtime.sleep(seconds)
+    else:
+        interrupt.wait(seconds)
 
 
 def _partitions(membership: Membership) -> set[TopicPartition]:

@@ -325,16 +325,21 @@ class Consumer:
     # --- heartbeats -----------------------------------------------------------------------------
 
     async def _heartbeats(self) -> None:
-        """The heartbeat thread's loop (``ConsumerCoordinator``), as a task: one beat at a time
-        between the consumer's calls."""
+        """The heartbeat thread's loop (``ConsumerCoordinator``), as a task: each beat between
+        the consumer's calls."""
         coordinator = self._sync._coordinator
         if coordinator is None:
             return
-        while True:
-            await asyncio.sleep(coordinator.heartbeat_interval())
-            async with self._calls:
-                if self._closed or not await call(coordinator.heartbeat_once):
-                    return
+        try:
+            while True:
+                # Until the next beat is due or the group changes (LISTEN on the group store's
+                # own connection: no lock of the consumer's calls is needed for it).
+                await call(coordinator.wait_for_change)
+                async with self._calls:
+                    if self._closed or not await call(coordinator.heartbeat_once):
+                        return
+        finally:
+            await asyncio.shield(call(coordinator.close))
 
     async def _stop_heartbeats(self) -> None:
         beats, self._beats = self._beats, None

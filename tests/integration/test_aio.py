@@ -378,3 +378,38 @@ def test_send_in_the_applications_own_async_transaction(app: Principal) -> None:
         assert values == sorted([b"session", b'{"n":1}', b"psycopg"])
 
     run(main)
+
+
+def test_a_member_hears_of_a_rebalance_before_its_next_heartbeat(app: Principal) -> None:
+    """The heartbeat task LISTENs for the group's changes, as the heartbeat thread does: with
+    heartbeats 60 s apart, a member joining still gets its partitions within the 20 s bound,
+    because the member holding them hears of the change and lets them go at once."""
+
+    async def main() -> None:
+        slow = {"heartbeat_interval_ms": 60_000, "session_timeout_ms": 120_000}
+        async with Consumer(app.url, group_id="aio-rebalance", **slow) as first:
+            revoked: list[set[TopicPartition]] = []
+
+            async def on_revoke(partitions: set[TopicPartition]) -> None:
+                revoked.append(partitions)
+
+            await first.subscribe([TOPIC], on_revoke=on_revoke)
+            assert len(first.assignment()) == PARTITIONS
+            async with Consumer(app.url, group_id="aio-rebalance", **slow) as second:
+
+                async def first_polls() -> None:
+                    while not revoked:
+                        await first.poll(0.2)
+
+                async def second_joins() -> None:
+                    await second.subscribe([TOPIC])
+                    while not second.assignment():
+                        await second.poll(0.2)
+
+                await asyncio.wait_for(asyncio.gather(first_polls(), second_joins()), 20)
+                assert first.assignment().isdisjoint(second.assignment())
+                assert first.assignment() | second.assignment() == {
+                    TopicPartition(TOPIC, p) for p in range(PARTITIONS)
+                }
+
+    run(main)
