@@ -408,8 +408,76 @@ def test_a_member_hears_of_a_rebalance_before_its_next_heartbeat(app: Principal)
 
                 await asyncio.wait_for(asyncio.gather(first_polls(), second_joins()), 20)
                 assert first.assignment().isdisjoint(second.assignment())
-                assert first.assignment() | second.assignment() == {
-                    TopicPartition(TOPIC, p) for p in range(PARTITIONS)
-                }
+                assert first.assignment() | second.assignment() == {TopicPartition(TOPIC, p) for p in range(PARTITIONS)}
+
+    run(main)
+
+
+def test_hundreds_of_tasks_share_one_producer(app: Principal) -> None:
+    """A service's request handlers: 300 tasks sending through one producer at once (small
+    batches, so the sender is busy while they append). Each record lands once, each task's
+    records in the order it sent them."""
+
+    async def main() -> None:
+        async with Producer(app.url, linger_ms=1, max_batch_records=7, buffer_memory=20_000) as producer:
+
+            async def handler(n: int) -> list[tuple[int, int]]:
+                return [
+                    ((meta := await producer.send_and_wait(TOPIC, f"{n}:{i}".encode(), key=str(n).encode())).partition,
+                     meta.offset)
+                    for i in range(10)
+                ]  # fmt: skip
+
+            placed = await asyncio.gather(*(handler(n) for n in range(300)))
+        flat = [where for task in placed for where in task]
+        assert len(set(flat)) == 3000
+        for task in placed:
+            assert len({p for p, _ in task}) == 1 and [o for _, o in task] == sorted(o for _, o in task)
+        values = sorted(r.value or b"" for r in await read_all(app.url))
+        assert values == sorted(f"{n}:{i}".encode() for n in range(300) for i in range(10))
+
+    run(main)
+
+
+def test_tasks_racing_on_one_consumer(app: Principal) -> None:
+    """One task polls while others commit, read committed offsets and positions, 200 rounds:
+    the calls take turns (no deadlock on the loop's one thread, bounded at 60 s) and the last
+    commit covers everything read."""
+
+    async def main() -> None:
+        async with Producer(app.url) as producer:
+            for i in range(600):
+                await producer.send(TOPIC, f"{i}".encode(), partition=i % PARTITIONS)
+        tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+        async with Consumer(app.url, group_id="aio-race", heartbeat_interval_ms=50, max_poll_records=3) as consumer:
+            await consumer.subscribe([TOPIC])
+            read = 0
+            done = asyncio.Event()
+
+            async def reader() -> None:
+                nonlocal read
+                while read < 600:
+                    read += len(await consumer.poll(0.05))
+                done.set()
+
+            async def committer() -> None:
+                while not done.is_set():
+                    await consumer.commit(asynchronous=True)
+                    await consumer.committed(tps)
+                    await asyncio.sleep(0)
+
+            async def positions() -> None:
+                while not done.is_set():
+                    for tp in tps:
+                        await consumer.position(tp)
+                    await asyncio.sleep(0)
+
+            await asyncio.wait_for(asyncio.gather(reader(), committer(), positions()), 60)
+            await consumer.commit()
+            committed = await consumer.committed(tps)
+        assert read == 600
+        assert {tp.partition: om.offset for tp, om in committed.items() if om is not None} == {
+            p: 200 for p in range(PARTITIONS)
+        }
 
     run(main)
