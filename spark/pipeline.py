@@ -5,6 +5,7 @@ as the output. Re-running after a crash at any point neither skips nor duplicate
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from oncelog import errors
+from oncelog.errors import ConfigurationError
 from oncelog.spark.reader import ReadRange, plan_ranges, read_ranges
 from oncelog.spark.writer import TaskHook, WriteResult, write
 from oncelog.store import create_engine, groups, txn
@@ -33,6 +35,10 @@ class PipelineResult:
     #: Wall-clock seconds: ``plan`` (aborting a crashed run's transactions, fixing the bounds),
     #: then the write's phases (:class:`~oncelog.spark.writer.WriteResult`).
     phases: dict[str, float] = field(default_factory=dict)
+    #: The run's number, in its transactional ids (``<prefix>-<run>-<task>``).
+    run_id: int = 0
+    #: The run asked for by its number had committed before: nothing was read or written now.
+    already_committed: bool = False
 
 
 def transactional_id_prefix(group: str) -> str:
@@ -56,6 +62,7 @@ def run_pipeline(
     transaction_timeout_ms: int = 600_000,
     task_hook: TaskHook | None = None,
     commit_retries: int = 5,
+    run_id: int | None = None,
 ) -> PipelineResult:
     """Run one exactly-once pass of ``transform`` from ``input_topics`` to ``output_topic``.
 
@@ -67,12 +74,28 @@ def run_pipeline(
     returns one with ``value`` (and optional ``key``, ``partition``) columns. The output and the
     new input offsets commit in one database transaction. The group must have no live members:
     the pipeline commits as a standalone consumer.
+
+    ``run_id`` numbers the run (default: the time in milliseconds); its transactions are named
+    with it. A run whose number committed before is not run again (``already_committed``, no
+    Spark started): a scheduler that retries run N after losing its report writes N's output
+    once, and a retry does not take up input that arrived since. (The transaction journal keeps
+    every transactional id's last commit past its retention: the store remembers.)
     """
+    if run_id is not None and (isinstance(run_id, bool) or not isinstance(run_id, int) or run_id < 0):
+        raise ConfigurationError(f"run_id must be an integer >= 0, not {run_id!r}")
+    run = int(time.time() * 1000) if run_id is None else run_id
     topics = list(dict.fromkeys(input_topics))
     started = time.perf_counter()
     engine = create_engine(database_url, schema=schema, poolclass=sa.NullPool)
     prefix = transactional_id_prefix(group)
+    job_id = f"{prefix}-{run}"
     try:
+        if run_id is not None:
+            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                if txn.committed_transactional_ids(conn, pattern=f"^{re.escape(job_id)}-[0-9]+$"):
+                    return PipelineResult(
+                        group, 0, 0, phases={"plan": time.perf_counter() - started}, run_id=run, already_committed=True
+                    )
         # A previous run that died before its commit left open transactions: abort them now
         # rather than at their timeout (their output must never be seen; the run redoes it).
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
@@ -81,7 +104,7 @@ def run_pipeline(
         todo = [r for r in ranges if r.end > r.start]
         input_offsets = sum(r.end - r.start for r in todo)
         if not todo:
-            return PipelineResult(group, 0, 0, ranges, phases={"plan": time.perf_counter() - started})
+            return PipelineResult(group, 0, 0, ranges, phases={"plan": time.perf_counter() - started}, run_id=run)
         planned = time.perf_counter() - started
         if callable(spark):  # a factory (a SparkSession is not callable)
             spark = spark()
@@ -96,7 +119,7 @@ def run_pipeline(
             output,
             database_url,
             output_topic,
-            job_id=f"{prefix}-{int(time.time() * 1000)}",
+            job_id=job_id,
             schema=schema,
             partition_col="partition" if "partition" in output.columns else None,
             key_col="key" if "key" in output.columns else None,
@@ -106,7 +129,7 @@ def run_pipeline(
             retries=commit_retries,
         )
         return PipelineResult(
-            group, input_offsets, result.records, ranges, result, phases={"plan": planned, **result.phases}
+            group, input_offsets, result.records, ranges, result, phases={"plan": planned, **result.phases}, run_id=run
         )
     finally:
         engine.dispose()

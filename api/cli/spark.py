@@ -79,6 +79,14 @@ def spark() -> None:
     "--conf", "conf_pairs", multiple=True, metavar="KEY=VALUE", help="A Spark setting (repeatable), as spark-submit's."
 )
 @click.option("--max-records-per-task", default=1_000_000, show_default=True)
+@click.option(
+    "--job-id",
+    "job_id",
+    type=click.IntRange(min=0),
+    default=None,
+    help="The run's number (default: the time in ms), which names its transactions. A run whose "
+    "number committed before is not run again: a scheduler retrying run N writes its output once.",
+)
 @json_option
 @click.pass_obj
 def run(
@@ -91,6 +99,7 @@ def run(
     master: str | None,
     conf_pairs: tuple[str, ...],
     max_records_per_task: int,
+    job_id: int | None,
     as_json: bool,
 ) -> None:
     """Read committed records of the inputs from the group's offsets, apply TRANSFORM
@@ -127,6 +136,7 @@ def run(
                     transform=fn,
                     schema=obj.schema,
                     max_records_per_task=max_records_per_task,
+                    run_id=job_id,
                 )
         finally:
             for session in sessions:
@@ -139,10 +149,14 @@ def run(
                 "output_records": result.output_records,
                 "output": output,
                 "spark_started": bool(sessions),
+                "job_id": result.run_id,
+                "already_committed": result.already_committed,
                 "ranges": result.ranges,
                 "phases_s": result.phases,
             }
         )
+    elif result.already_committed:
+        click.echo(f"run {result.run_id} of the group {group} committed before: nothing done (Spark not started)")
     elif not sessions:
         click.echo(f"nothing to read: the group {group} is at the inputs' last stable offsets (Spark not started)")
     else:

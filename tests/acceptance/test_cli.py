@@ -227,10 +227,11 @@ def test_spark_run_imports_the_job_from_the_working_directory(db_url: str, tmp_p
     assert broken.returncode == 1, broken.stderr
     assert broken.stderr.strip().splitlines()[-1].startswith("error: ValueError: no column named wrong")
     assert "Traceback" not in broken.stderr, broken.stderr
-    first = run("--conf", "spark.sql.shuffle.partitions=2", "--json")
+    first = run("--conf", "spark.sql.shuffle.partitions=2", "--json", "--job-id", "7")
     assert first.returncode == 0, first.stdout + first.stderr
     doc = json.loads(first.stdout)
     assert (doc["input_offsets"], doc["output_records"], doc["spark_started"]) == (32, 30, True)  # and 2 markers
+    assert (doc["job_id"], doc["already_committed"]) == (7, False)
     with oncelog.Consumer(db_url, isolation_level="read_committed") as consumer:
         consumer.assign([oncelog.TopicPartition("out", 0), oncelog.TopicPartition("out", 1)])
         got = []
@@ -239,6 +240,18 @@ def test_spark_run_imports_the_job_from_the_working_directory(db_url: str, tmp_p
             if len(got) >= 30:
                 break
     assert sorted(got) == sorted(f"V{i}!".encode() for i in range(30))
+    # Run 7 again (a scheduler's retry) after more input came: it committed, so nothing is done.
+    with oncelog.Producer(db_url) as producer:
+        producer.send("in", b"late", key=b"k0").result(30)
+    retry = run("--json", "--job-id", "7")
+    assert retry.returncode == 0, retry.stderr
+    doc = json.loads(retry.stdout)
+    assert (doc["already_committed"], doc["spark_started"], doc["output_records"]) == (True, False, 0)
+    assert "committed before" in run("--job-id", "7").stdout
+    assert run("--job-id", "-1").returncode == 2
+    later = run("--json", "--job-id", "8")  # the next run takes up the late record
+    assert later.returncode == 0, later.stderr
+    assert (json.loads(later.stdout)["output_records"], json.loads(later.stdout)["job_id"]) == (1, 8)
     again = run("--json")
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["spark_started"] is False and json.loads(again.stdout)["output_records"] == 0
