@@ -554,17 +554,17 @@ def await_notification(conn: sa.Connection, channel: str, wanted: Callable[[str]
     deadline = time.monotonic() + max(timeout, 0.0)
     with mapped_errors():
         while True:
-            note = runtime.next_notification(conn, max(deadline - time.monotonic(), 0.0))
-            if note is not None and note.channel == channel and wanted(note.payload):
+            notes = runtime.notifications(conn, max(deadline - time.monotonic(), 0.0))
+            if any(note.channel == channel and wanted(note.payload) for note in notes):
                 return True
-            if note is None and time.monotonic() >= deadline:
+            if time.monotonic() >= deadline:
                 return False
 
 
 def drain_wakeups(conn: sa.Connection) -> None:
     """Forget the wake-ups queued on ``conn`` (they are about writes a fetch is about to see)."""
     with mapped_errors():
-        while runtime.next_notification(conn, 0) is not None:
+        while runtime.notifications(conn, 0):
             pass
 
 

@@ -8,7 +8,7 @@ for the database suspends the greenlet and hands the loop back instead of blocki
 The statements go through SQLAlchemy, which does that by itself. What store code does beside them
 goes through this module instead, which does the same for the few places that talk to psycopg or
 the clock directly: :func:`sleep` (a backoff), :func:`driver_cursor` (the hot read path's binary,
-prepared statements) and :func:`next_notification` (LISTEN's wake-ups).
+prepared statements) and :func:`notifications` (LISTEN's wake-ups).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.util.concurrency import await_only, in_greenlet
 
-__all__ = ["cursor", "driver_cursor", "next_notification", "on_event_loop", "sleep"]
+__all__ = ["cursor", "driver_cursor", "notifications", "on_event_loop", "sleep"]
 
 
 def on_event_loop() -> bool:
@@ -88,22 +88,21 @@ def cursor(driver: Any, *, binary: bool = False) -> Iterator[Any]:
         yield cur
 
 
-def next_notification(conn: sa.Connection, timeout: float) -> psycopg.Notify | None:
-    """The next notification ``conn`` (which LISTENs) received: one the driver queued already,
-    else the first to arrive within ``timeout`` seconds (0: only a queued one); None if none."""
+def notifications(conn: sa.Connection, timeout: float) -> list[psycopg.Notify]:
+    """The notifications ``conn`` (which LISTENs) received: those the driver queued already, else
+    the first to arrive within ``timeout`` seconds (0: only queued ones), with every other one
+    that came in the same read; [] if none."""
     driver = conn.connection.driver_connection
     if isinstance(driver, psycopg.AsyncConnection):
-        return await_only(_first(driver, timeout))
+        return await_only(_collect(driver, timeout))
     if not isinstance(driver, psycopg.Connection):
         raise TypeError(f"oncelog runs on psycopg 3, not {type(driver).__name__}")
-    # Closed at once: psycopg holds the connection's lock while its generator is open.
+    # stop_after=1 ends the wait at the first arrival, and still yields the whole batch it came
+    # in (several NOTIFYs in one packet). Closed at once: psycopg holds the connection's lock
+    # while its generator is open.
     with contextlib.closing(driver.notifies(timeout=timeout, stop_after=1)) as notes:
-        return next(notes, None)
+        return list(notes)
 
 
-async def _first(driver: psycopg.AsyncConnection[Any], timeout: float) -> psycopg.Notify | None:
-    notes = driver.notifies(timeout=timeout, stop_after=1)
-    try:
-        return await anext(notes, None)
-    finally:
-        await notes.aclose()
+async def _collect(driver: psycopg.AsyncConnection[Any], timeout: float) -> list[psycopg.Notify]:
+    return [note async for note in driver.notifies(timeout=timeout, stop_after=1)]

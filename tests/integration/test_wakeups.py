@@ -375,3 +375,19 @@ def test_a_consumer_that_keeps_polling_registers_once_per_validity_and_again_for
             consumer.seek(tp, 0)
         assert consumer.poll(0.05) == []
         assert registered[-1] == [(TOPIC, 0), (TOPIC, 1)] and len(registered) == 2
+
+
+def test_a_wake_up_behind_another_in_the_same_packet_is_seen(engine: sa.Engine) -> None:
+    """Several NOTIFYs reach a listener in one read (one statement sends them): the one a reader
+    waits for may come second, behind another partition's, and must not be dropped with the
+    rest of the batch (a waiting reader would sleep out its backoff instead)."""
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as listener:
+        listener.exec_driver_sql("LISTEN packet_test")
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as other:
+            other.exec_driver_sql("SELECT pg_notify('packet_test', 'other'), pg_notify('packet_test', 'mine')")
+        assert log.await_notification(listener, "packet_test", lambda payload: payload == "mine", WAIT)
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as other:
+            other.exec_driver_sql("SELECT pg_notify('packet_test', 'a'), pg_notify('packet_test', 'b')")
+        time.sleep(0.2)
+        log.drain_wakeups(listener)  # every queued one, not the first of the batch only
+        assert not log.await_notification(listener, "packet_test", lambda payload: True, 0.2)
