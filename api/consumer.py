@@ -236,7 +236,7 @@ class Consumer(Client):
                 list_topics=self._topic_names,
                 metadata_max_age=metadata_max_age_ms / 1000,
                 # On an event loop (oncelog.aio) the heartbeats are a task of the loop.
-                heartbeat_thread=not self._event_loop,
+                event_loop=self._event_loop,
             )
         self._last_auto_commit = time.monotonic()
 

@@ -28,7 +28,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 
@@ -212,16 +212,16 @@ class ConsumerCoordinator:
         before_revoke: Callable[[set[TopicPartition]], None] = lambda partitions: None,
         list_topics: Callable[[], Iterable[str]] = lambda: (),
         metadata_max_age: float = 300.0,
-        heartbeat_thread: bool = True,
+        event_loop: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``fill_positions(partitions)``: give newly assigned partitions their positions (from
         the group's committed offsets); called before ``on_assign``. ``before_revoke(partitions)``:
         called before ``on_revoke`` (the Consumer's auto-commit of the revoked partitions).
         ``list_topics()``: the topics there are, which a pattern subscription matches again every
-        ``metadata_max_age`` seconds (on the heartbeat thread). Without ``heartbeat_thread``
-        the caller runs the heartbeats (:meth:`heartbeat_interval`, :meth:`heartbeat_once`), as
-        :mod:`oncelog.aio` does from a task of its event loop."""
+        ``metadata_max_age`` seconds (on the heartbeat thread). With ``event_loop`` (the calls
+        run in greenlets of an asyncio loop, :mod:`oncelog.aio`) there is no heartbeat thread: the
+        caller runs :meth:`wait_for_change` and :meth:`heartbeat_once` from a task."""
         self._store = store
         self._subscriptions = subscriptions
         self.group_id = group_id
@@ -246,7 +246,7 @@ class ConsumerCoordinator:
         self._lock = threading.Lock()
         # Held across a join's or heartbeat's store call: what a request names and what its
         # answer may hand over are decided one request at a time (see _held).
-        self._beat_lock = threading.Lock()
+        self._beat_lock: contextlib.AbstractContextManager[Any] = runtime.LoopLock() if event_loop else threading.Lock()
         self._member: Membership | None = None
         self._lost_member_id: str | None = None
         self._pending: Membership | None = None
@@ -263,7 +263,7 @@ class ConsumerCoordinator:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
-        self._heartbeat_thread = heartbeat_thread
+        self._heartbeat_thread = not event_loop
 
     @property
     def subscription(self) -> list[str] | None:
@@ -558,12 +558,14 @@ class ConsumerCoordinator:
 
 
 def _pause(interrupt: threading.Event, seconds: float) -> None:
-    """Wait ``seconds`` or until ``interrupt`` is set; on an event loop (oncelog.aio), where no
-    thread sets it, a sleep that lets the loop run."""
-    if runtime.on_event_loop():
-        runtime.sleep(seconds)
-    else:
+    """Wait ``seconds`` or until ``interrupt`` is set; on an event loop (oncelog.aio), sleeps that
+    let the loop run, looking at ``interrupt`` between them."""
+    if not runtime.on_event_loop():
         interrupt.wait(seconds)
+        return
+    deadline = time.monotonic() + seconds
+    while not interrupt.is_set() and (left := deadline - time.monotonic()) > 0:
+        runtime.sleep(min(left, _LISTEN_SLICE_S))
 
 
 def _partitions(membership: Membership) -> set[TopicPartition]:

@@ -460,7 +460,9 @@ class Producer(Client):
         if (
             not self._prepared
             and self._manager.identity is not None
-            and self._manager.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR)
+            # ABORTING_TRANSACTION: an abort that timed out, which may be carried on.
+            and self._manager.state
+            in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.ABORTING_TRANSACTION)
         ):
             try:
                 self.abort_transaction(timeout)

@@ -23,12 +23,30 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.util.concurrency import await_only, in_greenlet
 
-__all__ = ["cursor", "driver_cursor", "notifications", "on_event_loop", "sleep"]
+__all__ = ["LoopLock", "cursor", "driver_cursor", "notifications", "on_event_loop", "sleep"]
 
 
 def on_event_loop() -> bool:
     """Whether this code runs in a greenlet of :mod:`oncelog.aio` (an event loop's thread)."""
     return bool(in_greenlet())
+
+
+class LoopLock:
+    """A lock that code in greenlets of one event loop holds across a store call: waiting for it
+    suspends the greenlet and lets the loop run (a thread lock would stop the loop's one thread,
+    and with it the greenlet holding the lock: a deadlock)."""
+
+    def __init__(self) -> None:
+        self._lock: asyncio.Lock | None = None
+
+    def __enter__(self) -> None:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        await_only(self._lock.acquire())
+
+    def __exit__(self, *exc: object) -> None:
+        if self._lock is not None:
+            self._lock.release()
 
 
 def sleep(seconds: float) -> None:

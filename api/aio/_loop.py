@@ -83,6 +83,10 @@ class LoopCondition(threading.Condition):
         super().__init__(threading.Lock())
         self.signal = signal
 
+    def wait(self, timeout: float | None = None) -> bool:
+        """Refused: on the loop's thread it would stop the loop (and nothing would notify it)."""
+        raise RuntimeError("a thread wait on the event loop's condition: await its signal instead")
+
     def notify(self, n: int = 1) -> None:
         super().notify(n)
         self.signal.fire()
@@ -95,10 +99,11 @@ class LoopCondition(threading.Condition):
 class CallLock:
     """One client call at a time, re-entrant for the task that holds it.
 
-    The clients' logic keeps some thread locks across a database wait (a heartbeat's, a
-    coordinator call's): two of its calls interleaved on the loop's one thread could deadlock
-    it, so calls that may take them run one at a time. The task holding the lock may call again
-    (a rebalance callback committing offsets inside poll), as a thread may in the sync clients.
+    The clients' logic keeps some thread locks across a database wait (a producer's coordinator
+    calls): two of its calls interleaved on the loop's one thread could deadlock it, so calls
+    that may take them run one at a time (docs/design.md, "The asyncio clients"). The task
+    holding the lock may call again (a rebalance callback asking a position inside poll), as a
+    thread may in the sync clients.
     """
 
     def __init__(self) -> None:

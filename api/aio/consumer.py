@@ -82,6 +82,8 @@ class Consumer:
         self._sync = _LoopConsumer(database_url, **config)
         self._calls = CallLock()
         self._beats: asyncio.Task[None] | None = None
+        self._stopping = False  # the heartbeat task is to end
+        self._waiting = False  # it waits for the next beat (not in a beat)
         self._handing: Iterator[ConsumerRecord] | None = None
         self._commits: asyncio.Task[None] | None = None
         self._closed = False
@@ -138,6 +140,7 @@ class Consumer:
                 pattern=pattern,
             )
         if self._beats is None or self._beats.done():
+            self._stopping = self._waiting = False
             self._beats = asyncio.get_running_loop().create_task(self._heartbeats(), name="oncelog-consumer-heartbeat")
 
     async def unsubscribe(self) -> None:
@@ -227,8 +230,9 @@ class Consumer:
                 with contextlib.suppress(Exception):
                     await previous  # in the order asked; a failed one is superseded, as in Kafka
             if wanted:
-                async with self._calls:
-                    await call(sync._commit_now, group_id, wanted, member)
+                # Without the calls' lock (a commit holds no thread lock across its wait): a
+                # rebalance callback, inside poll(), may await it.
+                await call(sync._commit_now, group_id, wanted, member)
 
         self._commits = asyncio.get_running_loop().create_task(run(), name="oncelog-commit")
         return self._commits
@@ -331,13 +335,19 @@ class Consumer:
         if coordinator is None:
             return
         try:
-            while True:
+            while not self._stopping:
                 # Until the next beat is due or the group changes (LISTEN on the group store's
-                # own connection: no lock of the consumer's calls is needed for it).
-                await call(coordinator.wait_for_change)
-                async with self._calls:
-                    if self._closed or not await call(coordinator.heartbeat_once):
-                        return
+                # own connection).
+                self._waiting = True
+                try:
+                    await call(coordinator.wait_for_change)
+                finally:
+                    self._waiting = False
+                # Not behind the consumer's calls (a poll, a committed() waiting on a pending
+                # transaction): as the thread's, a beat waits only for the coordinator's own
+                # lock, which is the loop's (runtime.LoopLock).
+                if self._stopping or not await call(coordinator.heartbeat_once):
+                    return
         finally:
             await asyncio.shield(call(coordinator.close))
 
@@ -345,9 +355,8 @@ class Consumer:
         beats, self._beats = self._beats, None
         if beats is None or beats.done():
             return
-        # Cancelled while this task holds the calls' lock: never in the middle of a beat's
-        # database call, only in its sleep or its wait for the lock.
-        async with self._calls:
-            beats.cancel()
+        self._stopping = True
+        if self._waiting:
+            beats.cancel()  # in its wait; a beat under way is let finish, then the task ends
         with contextlib.suppress(asyncio.CancelledError):
             await beats

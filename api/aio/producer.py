@@ -30,6 +30,9 @@ from oncelog.waker import ReaderWaker
 
 __all__ = ["Producer", "SendFuture"]
 
+#: A transaction close() aborts: open, failed, or an abort that did not finish (timed out or cancelled).
+_OPEN_STATES = (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.ABORTING_TRANSACTION)
+
 logger = logging.getLogger(__name__)
 
 
@@ -120,9 +123,14 @@ class _LoopWaker(ReaderWaker):
     async def aclose(self, timeout: float | None) -> None:
         """Send what is pending (within ``timeout``), then release the connection."""
         self._closing = True
-        if self._task is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._task), timeout)
+        task = self._task
+        if task is not None and not task.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(task), timeout)
+            except TimeoutError:
+                task.cancel()  # before its connection is released under it
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await call(self._release, invalidate=False)
 
 
@@ -287,7 +295,9 @@ class Producer:
                     raise errors.DeliveryTimeoutError("flush timed out with records still queued")
                 if self._task is None or self._task.done():
                     raise errors.ProducerClosedError("the sender has stopped")
-                await sync.signal.wait(remaining)
+                # Looked at again at least twice a second, as the sync flush does: a sender
+                # that stopped without a last notification is seen.
+                await sync.signal.wait(0.5 if remaining is None else min(remaining, 0.5))
         finally:
             with cond:
                 sender.flushing -= 1
@@ -413,13 +423,17 @@ class Producer:
         validate.timeout("timeout", timeout)
         if self._closed:
             return
+        # After any call in progress (a coordinator call holds a thread lock across its wait,
+        # which releasing the coordinator connection below takes).
+        async with self._calls:
+            await self._close(timeout)
+
+    async def _close(self, timeout: float | None) -> None:
+        if self._closed:
+            return
         sync = self._sync
         manager = sync._manager
-        if (
-            not sync._prepared
-            and manager.identity is not None
-            and manager.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR)
-        ):
+        if not sync._prepared and manager.identity is not None and manager.state in _OPEN_STATES:
             try:
                 await self.abort_transaction(timeout)
             except errors.OncelogError:

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 from oncelog import ConsumerRecord, TopicPartition, errors
+from oncelog import Producer as SyncProducer
 from oncelog.aio import Admin, Consumer, Producer, send
 from oncelog.txn_state import TxnState
 from tests.support.roles import Principal, client_principal
@@ -479,5 +480,87 @@ def test_tasks_racing_on_one_consumer(app: Principal) -> None:
         assert {tp.partition: om.offset for tp, om in committed.items() if om is not None} == {
             p: 200 for p in range(PARTITIONS)
         }
+
+    run(main)
+
+
+@pytest.mark.timeout(120)
+def test_close_waits_for_a_coordinator_call_under_way(app: Principal, engine: sa.Engine) -> None:
+    """A commit's EndTxn waits on a lock another session holds; close() from another task (a
+    shutdown handler) waits for it instead of freezing the loop on the coordinator's thread lock."""
+
+    async def main() -> None:
+        producer = Producer(app.url, transactional_id="aio-close")
+        await producer.init_transactions()
+        producer.begin_transaction()
+        with engine.connect() as locker:
+            locker.exec_driver_sql("SELECT 1 FROM oncelog.transactions WHERE transactional_id = 'aio-close' FOR UPDATE")
+            commit = asyncio.create_task(producer.commit_transaction())  # EndTxn alone: nothing was sent
+            await asyncio.sleep(0.3)
+            close = asyncio.create_task(producer.close())
+            await asyncio.sleep(0.3)  # a frozen loop would never come back here
+            locker.rollback()
+        await asyncio.wait_for(asyncio.gather(commit, close), 30)
+        assert producer.transaction_state is TxnState.READY
+
+    run(main)
+
+
+def test_heartbeats_go_on_while_a_call_waits(app: Principal) -> None:
+    """committed() waits (default_api_timeout_ms) while a transaction holds pending offsets for
+    the member's partition; the heartbeat task does not wait behind it, so the member keeps its
+    session (6 s, shorter than the wait) and its partitions."""
+
+    async def main() -> None:
+        lost: list[set[TopicPartition]] = []
+        async with Consumer(
+            app.url,
+            group_id="aio-hb",
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=500,
+            default_api_timeout_ms=8000,
+        ) as consumer:
+            await consumer.subscribe([TOPIC], on_revoke=lost.append, on_lost=lost.append)
+            generation = consumer.group_metadata().generation_id
+            with SyncProducer(app.url, transactional_id="aio-hb-pending", send_offsets_with_commit=False) as pending:
+                pending.init_transactions()
+                pending.begin_transaction()
+                pending.send_offsets_to_transaction({TopicPartition(TOPIC, 0): 1}, consumer.group_metadata())
+                with pytest.raises(errors.UnstableOffsetCommitError):
+                    await consumer.committed([TopicPartition(TOPIC, 0)])
+                pending.abort_transaction()
+            await consumer.poll(0)
+            assert lost == []
+            assert consumer.group_metadata().generation_id == generation
+            assert len(consumer.assignment()) == PARTITIONS
+
+    run(main)
+
+
+def test_a_rebalance_callback_may_await_an_async_commit(app: Principal) -> None:
+    async def main() -> None:
+        async with Consumer(app.url, group_id="aio-cb") as first:
+            committed: list[set[TopicPartition]] = []
+
+            async def on_revoke(partitions: set[TopicPartition]) -> None:
+                task = await first.commit({tp: 0 for tp in partitions}, asynchronous=True)
+                assert task is not None
+                await task  # the commit runs beside the poll that called this
+                committed.append(partitions)
+
+            await first.subscribe([TOPIC], on_revoke=on_revoke)
+            async with Consumer(app.url, group_id="aio-cb") as second:
+
+                async def first_polls() -> None:
+                    while not committed:
+                        await first.poll(0.2)
+
+                async def second_joins() -> None:
+                    await second.subscribe([TOPIC])
+                    while not second.assignment():
+                        await second.poll(0.2)
+
+                await asyncio.wait_for(asyncio.gather(first_polls(), second_joins()), 30)
+        assert committed and committed[0]
 
     run(main)
