@@ -381,6 +381,11 @@ class NonEmptyGroupError(OncelogError):
 # --- access control (ACLs, docs/acl.md) ----------------------------------------------------------
 
 
+class ConcurrentRunError(OncelogError):
+    """Another run of the pipeline's group committed offsets since this run fixed its input:
+    nothing of this run was committed; run it again (it reads from the new offsets)."""
+
+
 class TopicAuthorizationError(AuthorizationError):
     """No ACL allows this role the operation on the topic (ACL enforcement is on; see docs/acl.md)."""
 

@@ -76,10 +76,15 @@ def run_pipeline(
     the pipeline commits as a standalone consumer.
 
     ``run_id`` numbers the run (default: the time in milliseconds); its transactions are named
-    with it. A run whose number committed before is not run again (``already_committed``, no
-    Spark started): a scheduler that retries run N after losing its report writes N's output
-    once, and a retry does not take up input that arrived since. (The transaction journal keeps
-    every transactional id's last commit past its retention: the store remembers.)
+    with it. A run whose number committed output before is not run again (``already_committed``,
+    no Spark started): a retry of run N after a lost report does not take up input that arrived
+    since. (The transaction journal keeps every transactional id's last commit past its
+    retention. A run that wrote no record leaves no transaction: its retry reads on from the
+    group's offsets, as any run.)
+
+    Two runs of the group at once (overlapping schedules) read the same input: the one that
+    commits second finds the offsets moved past where it started and commits nothing
+    (ConcurrentRunError). Output is written once either way.
     """
     if run_id is not None and (isinstance(run_id, bool) or not isinstance(run_id, int) or run_id < 0):
         raise ConfigurationError(f"run_id must be an integer >= 0, not {run_id!r}")
@@ -111,8 +116,20 @@ def run_pipeline(
         source = read_ranges(spark, database_url, todo, schema=schema, max_records_per_task=max_records_per_task)
         output = transform(source)
         offsets = {(r.topic, r.partition): (r.end, "") for r in ranges}
+        starts = {(r.topic, r.partition): r.start for r in ranges}
 
         def commit_offsets(conn: sa.Connection) -> None:
+            # Two runs of the group at once (a scheduler that overlapped them) read the same input;
+            # both outputs would stand. In the output's own commit, under a lock the group's runs
+            # share, the offsets must not have moved past where this run started.
+            groups.lock_standalone_commit(conn, group_id=group)
+            now = groups.offset_fetch(conn, group_id=group, partitions=list(starts), require_stable=False)
+            moved = sorted(k for k, a in now.items() if a.offset is not None and a.offset > starts[k])
+            if moved:
+                raise errors.ConcurrentRunError(
+                    f"another run of group {group!r} committed offsets for {moved[:3]} since this run "
+                    "fixed its input; nothing of this run was committed: run it again"
+                )
             groups.offset_commit(conn, group_id=group, offsets=offsets)
 
         result = _write_with_retries(

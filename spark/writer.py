@@ -176,18 +176,25 @@ def write(
         # One database transaction commits every task's output (and the caller's extra work): all
         # or nothing. A task attempt that lost a race was fenced and its transaction aborted, so
         # only the identities Spark reports for the successful attempts can commit here.
-        with engine.begin() as conn:
-            for p in prepared:
-                txn.end_txn(
-                    conn,
-                    transactional_id=p.transactional_id,
-                    producer_id=p.producer_id,
-                    epoch=p.epoch,
-                    txn_number=p.txn_number,
-                    commit=True,
-                )
-            if also_commit is not None:
-                also_commit(conn)
+        try:
+            with engine.begin() as conn:
+                for p in prepared:
+                    txn.end_txn(
+                        conn,
+                        transactional_id=p.transactional_id,
+                        producer_id=p.producer_id,
+                        epoch=p.epoch,
+                        txn_number=p.txn_number,
+                        commit=True,
+                    )
+                if also_commit is not None:
+                    also_commit(conn)
+        except BaseException:
+            # Rolled back (or, the connection lost, perhaps committed): the tasks' transactions
+            # still open must not hold the topic's last stable offset until their timeout.
+            # Committed ones are not open, and are left as they are.
+            _abort_quietly(engine, pattern)
+            raise
         return WriteResult(
             job,
             sum(r.records for r in reports),

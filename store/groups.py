@@ -161,6 +161,14 @@ def offset_commit(
     )
 
 
+def lock_standalone_commit(conn: sa.Connection, *, group_id: str) -> None:
+    """Until ``conn``'s transaction ends, hold the lock that the standalone commits of
+    ``group_id``'s pipeline runs share (a transaction-level advisory lock named after the group),
+    so that one run at a time compares the group's offsets with where it started and commits."""
+    _call(conn, "SELECT pg_advisory_xact_lock(hashtextextended('oncelog standalone commit ' || %(g)s, 0))",
+          {"g": group_id})  # fmt: skip
+
+
 def offset_fetch(
     conn: sa.Connection, *, group_id: str, partitions: Iterable[tuple[str, int]], require_stable: bool = True
 ) -> dict[tuple[str, int], CommittedOffset]:

@@ -790,6 +790,36 @@ def test_run_pipeline_leaves_other_groups_transactions_alone(spark: Any, db_url:
     assert values(oncelog.spark.read_committed(spark, db_url, [POUT])) == ["T:a", "g-eu output"]
 
 
+def test_two_runs_of_one_group_at_once_write_once(spark: Any, db_url: str, admin: sa.Connection) -> None:
+    """Two runs of one group overlap (a scheduler started the next before the last ended): both
+    read the same input. The one that commits second finds the group's offsets moved past where
+    it started, commits nothing (ConcurrentRunError), and leaves no transaction open: the output
+    holds each input record once."""
+    topics.create_topic(admin, name=IN, partitions=2)
+    topics.create_topic(admin, name=POUT, partitions=1)
+    send_plain(db_url, IN, [(0, b"a"), (1, b"b")])
+
+    def run(transform: Any) -> Any:
+        return oncelog.spark.run_pipeline(
+            spark, db_url, input_topics=[IN], output_topic=POUT, group=GROUP, transform=transform
+        )
+
+    other: list[Any] = []
+
+    def overlapped(df: Any) -> Any:
+        # This run has fixed its input; another run of the group runs whole meanwhile.
+        other.append(run(shout))
+        return shout(df)
+
+    with pytest.raises(errors.ConcurrentRunError, match="run it again"):
+        run(overlapped)
+    assert other[0].output_records == 2
+    assert ongoing(admin, transactional_id_prefix(GROUP) + "-") == []
+    assert values(oncelog.spark.read_committed(spark, db_url, [POUT])) == ["T:a", "T:b"]
+    assert group_offsets(admin, 2) == high_watermarks(admin, IN)
+    assert run(shout).output_records == 0
+
+
 # --- 7. configuration -------------------------------------------------------------------------------
 
 
