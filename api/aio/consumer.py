@@ -41,8 +41,8 @@ logger = logging.getLogger(__name__)
 #: A rebalance callback: called with the partitions, may return an awaitable (it is awaited).
 AsyncRebalanceCallback = Callable[[set[TopicPartition]], Awaitable[None] | None]
 
-#: The longest a poll keeps the consumer to itself: a group member's heartbeats (which wait for
-#: the consumer's calls) go out at least this often while the application waits in poll().
+#: The longest a group member's poll keeps the consumer to itself: its other calls from other
+#: tasks (a commit, a position) get a turn at least this often while the application waits.
 _POLL_SLICE_S = 1.0
 
 
@@ -260,7 +260,7 @@ class Consumer:
         deadline = time.monotonic() + max(wait, 0.0)
         while True:
             remaining = max(deadline - time.monotonic(), 0.0)
-            # In slices: a group member's heartbeats wait for the consumer's calls.
+            # In slices for a group member: its other calls (commits) get their turns.
             wait = min(remaining, _POLL_SLICE_S) if self._sync.group_id is not None else remaining
             async with self._calls:
                 records = await call(self._sync.poll, wait)
