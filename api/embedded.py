@@ -43,15 +43,16 @@ INSTALL_HINT = (
 )
 
 
-def default_data_dir() -> Path:
+def default_data_dir(xdg_data_home: str | None = None) -> Path:
     """Where the embedded cluster lives unless told otherwise.
 
     Under root, a folder the ``postgres`` user can reach (root's home is closed to it);
-    otherwise the user's XDG data folder.
+    otherwise the user's XDG data folder: ``xdg_data_home`` (the entry points pass
+    ``$XDG_DATA_HOME``), else ``~/.local/share``.
     """
     if os.geteuid() == 0:
         return Path("/var/lib/oncelog/dev-db")
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    base = xdg_data_home or str(Path.home() / ".local" / "share")
     return Path(base) / "oncelog" / "dev-db"
 
 
@@ -342,8 +343,7 @@ class EmbeddedPostgres:
                 continue
             self._save_port(port)
             return
-        assert last_error is not None
-        raise last_error
+        raise last_error or EmbeddedServerError("no port to start the embedded server on")
 
     def _pg_ctl_status(self, bindir: Path | None = None) -> bool:
         if not (self.pgdata / "PG_VERSION").is_file():

@@ -71,7 +71,7 @@ import sqlalchemy as sa
 
 from oncelog import Producer
 from oncelog.aio import Producer as AsyncProducer
-from oncelog.embedded import EmbeddedPostgres
+from oncelog.embedded import EmbeddedPostgres, default_data_dir
 from oncelog.store import cluster, create_engine, migrate
 from oncelog.store import log as store_log
 from oncelog.store import topics as store_topics
@@ -220,7 +220,8 @@ def resolve_target() -> Target:
     external = os.environ.get("ONCELOG_DATABASE_URL")
     if external:
         return Target(external, f"ONCELOG_DATABASE_URL {redact(external)}", None)
-    server = EmbeddedPostgres()  # the CLI's default data dir, durable settings
+    # The CLI's default data dir, durable settings.
+    server = EmbeddedPostgres(default_data_dir(os.environ.get("XDG_DATA_HOME")))
     was_running = server.status().running
     url = server.start()
     how = "already running" if was_running else "started for this run, stopped at the end"

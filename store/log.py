@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 from oncelog.errors import (
     CorruptRecordError,
+    IllegalStateError,
     InvalidRecordError,
     InvalidRequestError,
     OffsetOutOfRangeError,
@@ -439,7 +440,8 @@ def _fetch_many(
             append = fetch.records.append
             prefix = keys[idx - 1] if tagged else ()
             continue
-        assert append is not None  # fetch_v3 orders each partition's row before its records
+        if append is None:  # fetch_v3 orders each partition's row before its records
+            raise IllegalStateError("fetch_v3 answered a record before its partition's row")
         try:
             hdrs = decode_headers(headers) if headers else ()
         except InvalidRecordError as exc:
@@ -507,7 +509,8 @@ def fetch(
             f"offset {offset} is outside {topic}-{partition}: the log holds "
             f"[{part.log_start_offset}, {part.high_watermark})"
         )
-    assert part.high_watermark is not None  # set on every row without an error
+    if part.high_watermark is None:  # set on every row without an error
+        raise IllegalStateError(f"fetch_v3 answered no high watermark for {topic}-{partition}")
     return FetchResult(part.records, part.high_watermark)
 
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from typing import NoReturn
@@ -92,7 +93,13 @@ def cli(  # noqa: PLR0917 - click passes each option as an argument
 ) -> None:
     """oncelog: Kafka's exactly-once semantics on PostgreSQL."""
     _RUN.debug = debug
-    ctx.obj = CliContext(database_url=database_url or None, schema=schema, dev_db_dir=dev_db_dir, pg_bin_dir=pg_bin_dir)
+    ctx.obj = CliContext(
+        database_url=database_url or None,
+        schema=schema,
+        dev_db_dir=dev_db_dir,
+        pg_bin_dir=pg_bin_dir,
+        xdg_data_home=os.environ.get("XDG_DATA_HOME"),
+    )
     ctx.call_on_close(ctx.obj.close)
 
 

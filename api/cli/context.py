@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from oncelog.embedded import EmbeddedPostgres
+from oncelog.embedded import EmbeddedPostgres, default_data_dir
 from oncelog.store import migrate
 from oncelog.store.engine import create_engine, redact
 
@@ -19,6 +19,8 @@ class CliContext:
     schema: str
     dev_db_dir: str | None
     pg_bin_dir: str | None = None
+    #: $XDG_DATA_HOME, read by the entry point: where the embedded cluster lives by default.
+    xdg_data_home: str | None = None
     _engine: sa.Engine | None = field(default=None, init=False, repr=False)
 
     def __repr__(self) -> str:
@@ -28,7 +30,7 @@ class CliContext:
     @property
     def embedded(self) -> EmbeddedPostgres:
         """The embedded cluster (used when no database URL is given)."""
-        return EmbeddedPostgres(self.dev_db_dir, bin_dir=self.pg_bin_dir)
+        return EmbeddedPostgres(self.dev_db_dir or default_data_dir(self.xdg_data_home), bin_dir=self.pg_bin_dir)
 
     def url(self) -> str:
         """The server's URL; starts (or reuses) the embedded cluster when none was given."""

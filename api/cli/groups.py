@@ -189,7 +189,8 @@ def _targets(
         for topic in sorted({tp.topic for tp in scope}):
             found.update(admin.offsets_for_times(topic, to_datetime))
         return {tp: found[tp] for tp in scope}
-    assert shift_by is not None  # exactly one target was checked by the caller
+    if shift_by is None:  # exactly one target was checked by the caller
+        raise InvalidRequestError("give one target: --to-offset, --to-datetime or --shift-by")
     try:
         positions = admin.group_lag(group)
     except GroupIdNotFoundError:
