@@ -41,6 +41,10 @@ class PipelineResult:
     already_committed: bool = False
 
 
+#: How long a run's commit waits for another run of its group to finish committing.
+_COMMIT_LOCK_TIMEOUT_MS = 60_000
+
+
 def transactional_id_prefix(group: str) -> str:
     """The prefix of the transactional ids a pipeline of ``group`` uses (``<prefix>-<run>-<task>``).
 
@@ -122,7 +126,7 @@ def run_pipeline(
             # Two runs of the group at once (a scheduler that overlapped them) read the same input;
             # both outputs would stand. In the output's own commit, under a lock the group's runs
             # share, the offsets must not have moved past where this run started.
-            groups.lock_standalone_commit(conn, group_id=group)
+            groups.lock_standalone_commit(conn, group_id=group, timeout_ms=_COMMIT_LOCK_TIMEOUT_MS)
             now = groups.offset_fetch(conn, group_id=group, partitions=list(starts), require_stable=False)
             moved = sorted(k for k, a in now.items() if a.offset is not None and a.offset > starts[k])
             if moved:

@@ -161,10 +161,14 @@ def offset_commit(
     )
 
 
-def lock_standalone_commit(conn: sa.Connection, *, group_id: str) -> None:
+def lock_standalone_commit(conn: sa.Connection, *, group_id: str, timeout_ms: int) -> None:
     """Until ``conn``'s transaction ends, hold the lock that the standalone commits of
     ``group_id``'s pipeline runs share (a transaction-level advisory lock named after the group),
-    so that one run at a time compares the group's offsets with where it started and commits."""
+    so that one run at a time compares the group's offsets with where it started and commits.
+
+    Anyone may take an advisory lock, a hostile client this one too: the wait ends after
+    ``timeout_ms`` (lock_timeout, for the rest of this transaction) with RequestTimeoutError."""
+    _call(conn, "SELECT set_config('lock_timeout', %(t)s, true)", {"t": f"{max(int(timeout_ms), 1)}ms"})
     _call(conn, "SELECT pg_advisory_xact_lock(hashtextextended('oncelog standalone commit ' || %(g)s, 0))",
           {"g": group_id})  # fmt: skip
 

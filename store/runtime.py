@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -73,10 +73,6 @@ class _LoopCursor:
 
     def fetchone(self) -> Any:
         return await_only(self._cursor.fetchone())
-
-    @property
-    def description(self) -> Sequence[Any] | None:
-        return self._cursor.description
 
     def close(self) -> None:
         await_only(self._cursor.close())

@@ -996,3 +996,19 @@ def test_a_topic_named_twice_counts_once(conn: sa.Connection) -> None:
     assert sorted(len(m.assignment) for m in both.values()) == [2, 2]
     subscription = conn.exec_driver_sql("SELECT subscription FROM group_members WHERE member_id = %(m)s", {"m": m1})
     assert subscription.scalar_one() == ["a"]
+
+
+def test_a_pipeline_commit_waits_for_its_group_lock_no_longer_than_its_timeout(engine: sa.Engine) -> None:
+    """Anyone may take an advisory lock: a session holding a group's standalone-commit lock makes
+    the next run's commit wait, and that wait ends at the timeout given, typed and retriable."""
+    with engine.connect() as holder, engine.connect() as committer:
+        groups.lock_standalone_commit(holder, group_id="g-lock", timeout_ms=1000)  # held until rollback
+        with pytest.raises(errors.RequestTimeoutError) as raised:
+            groups.lock_standalone_commit(committer, group_id="g-lock", timeout_ms=200)
+        assert raised.value.retriable
+        committer.rollback()
+        groups.lock_standalone_commit(committer, group_id="g-other", timeout_ms=200)  # another group's: free
+        committer.rollback()
+        holder.rollback()
+        groups.lock_standalone_commit(committer, group_id="g-lock", timeout_ms=200)  # released with the transaction
+        committer.rollback()

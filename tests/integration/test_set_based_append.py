@@ -135,18 +135,7 @@ def test_idempotent_requests_append_as_produce_v2_would(conn: sa.Connection) -> 
         )
         assert _paths(conn, before) == (1, 0)
         conn.commit()
-        want = [
-            log.produce(
-                conn,
-                topic=REF,
-                partition=b.partition,
-                records=b.records,
-                producer_id=ref.producer_id,
-                producer_epoch=ref.epoch,
-                base_sequence=b.base_sequence,
-            )
-            for b in batches
-        ]
+        want = _on_reference(conn, ref, batches)
         conn.commit()
         assert _answers(got) == _answers(want)  # type: ignore[arg-type]
     assert _snapshot(conn, FAST, fast.producer_id) == _snapshot(conn, REF, ref.producer_id)
@@ -209,12 +198,10 @@ def test_a_stale_epoch_is_refused_by_produce_v2_not_appended(conn: sa.Connection
     assert _answers(answers) == [(0, 0, False), (0, 0, False)]
 
 
-def _reference_transaction(
-    conn: sa.Connection, ident: Any, n: int, batches: list[ProduceBatch], *, commit: bool
-) -> list[ProduceResult]:
-    """Transaction ``n`` of tid-ref (``ident`` its InitProducerId answer) on the reference topic:
-    every batch through produce_v2, one by one, then EndTxn; committed to the database."""
-    want = [
+def _on_reference(conn: sa.Connection, ident: Any, batches: list[ProduceBatch], **txn_args: Any) -> list[ProduceResult]:
+    """``batches`` through produce_v2, one by one, on the reference topic, as ``ident`` (and in the
+    transaction ``txn_args`` names, if any)."""
+    return [
         log.produce(
             conn,
             topic=REF,
@@ -223,11 +210,18 @@ def _reference_transaction(
             producer_id=ident.producer_id,
             producer_epoch=ident.epoch,
             base_sequence=b.base_sequence,
-            transactional_id="tid-ref",
-            txn_number=ident.txn_number + n,
+            **txn_args,
         )
         for b in batches
     ]
+
+
+def _reference_transaction(
+    conn: sa.Connection, ident: Any, n: int, batches: list[ProduceBatch], *, commit: bool
+) -> list[ProduceResult]:
+    """Transaction ``n`` of tid-ref (``ident`` its InitProducerId answer) on the reference topic:
+    every batch through produce_v2, one by one, then EndTxn; committed to the database."""
+    want = _on_reference(conn, ident, batches, transactional_id="tid-ref", txn_number=ident.txn_number + n)
     txn.end_txn(
         conn, transactional_id="tid-ref", producer_id=ident.producer_id, epoch=ident.epoch,
         txn_number=ident.txn_number + n, commit=commit,
