@@ -381,6 +381,24 @@ def test_send_in_the_applications_own_async_transaction(app: Principal) -> None:
     run(main)
 
 
+async def _second_member_joins(
+    first: Consumer, first_done: Callable[[], bool], second: Consumer, *, bound: float
+) -> None:
+    """``second`` joins ``first``'s group and polls until it holds partitions, while ``first``
+    polls until ``first_done()`` (its revocation ran); within ``bound`` seconds."""
+
+    async def first_polls() -> None:
+        while not first_done():
+            await first.poll(0.2)
+
+    async def second_joins() -> None:
+        await second.subscribe([TOPIC])
+        while not second.assignment():
+            await second.poll(0.2)
+
+    await asyncio.wait_for(asyncio.gather(first_polls(), second_joins()), bound)
+
+
 def test_a_member_hears_of_a_rebalance_before_its_next_heartbeat(app: Principal) -> None:
     """The heartbeat task LISTENs for the group's changes, as the heartbeat thread does: with
     heartbeats 60 s apart, a member joining still gets its partitions within the 20 s bound,
@@ -397,17 +415,7 @@ def test_a_member_hears_of_a_rebalance_before_its_next_heartbeat(app: Principal)
             await first.subscribe([TOPIC], on_revoke=on_revoke)
             assert len(first.assignment()) == PARTITIONS
             async with Consumer(app.url, group_id="aio-rebalance", **slow) as second:
-
-                async def first_polls() -> None:
-                    while not revoked:
-                        await first.poll(0.2)
-
-                async def second_joins() -> None:
-                    await second.subscribe([TOPIC])
-                    while not second.assignment():
-                        await second.poll(0.2)
-
-                await asyncio.wait_for(asyncio.gather(first_polls(), second_joins()), 20)
+                await _second_member_joins(first, lambda: bool(revoked), second, bound=20)
                 assert first.assignment().isdisjoint(second.assignment())
                 assert first.assignment() | second.assignment() == {TopicPartition(TOPIC, p) for p in range(PARTITIONS)}
 
@@ -550,17 +558,7 @@ def test_a_rebalance_callback_may_await_an_async_commit(app: Principal) -> None:
 
             await first.subscribe([TOPIC], on_revoke=on_revoke)
             async with Consumer(app.url, group_id="aio-cb") as second:
-
-                async def first_polls() -> None:
-                    while not committed:
-                        await first.poll(0.2)
-
-                async def second_joins() -> None:
-                    await second.subscribe([TOPIC])
-                    while not second.assignment():
-                        await second.poll(0.2)
-
-                await asyncio.wait_for(asyncio.gather(first_polls(), second_joins()), 30)
+                await _second_member_joins(first, lambda: bool(committed), second, bound=30)
         assert committed and committed[0]
 
     run(main)
