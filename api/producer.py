@@ -138,8 +138,8 @@ class Producer(Client):
         self._max_block = max_block_ms / 1000
         self._backoff = (retry_backoff_ms / 1000, retry_backoff_max_ms / 1000)
         self._buffer_memory = buffer_memory
-        # One sender thread sends one batch at a time for the whole producer (docs/design.md), so
-        # this has no effect beyond being validated for Kafka parity.
+        # Outside transactions, the sender sends up to this many requests at once, each on its own
+        # connection with other partitions (docs/design.md, "The producer's lanes").
         self.max_in_flight = max_in_flight
         self._metadata_max_age = metadata_max_age_ms / 1000
         self._key_ser = resolve_serializer(key_serializer)
@@ -186,6 +186,7 @@ class Producer(Client):
             backoff_max=retry_backoff_max_ms / 1000,
             metrics=self._metrics,
             wake=wake,
+            lanes=self._sender_lanes(max_in_flight),
         )
         self._start_sender()
 
@@ -196,6 +197,9 @@ class Producer(Client):
 
     def _new_waker(self, store: ProducerStore, request_timeout: float) -> ReaderWaker:
         return ReaderWaker(store, request_timeout=request_timeout, metric=self._metrics.bump)
+
+    def _sender_lanes(self, max_in_flight: int) -> int:
+        return max_in_flight
 
     def _start_sender(self) -> None:
         self._sender_thread = threading.Thread(target=self._sender.run, name="oncelog-producer-sender", daemon=True)

@@ -1,13 +1,16 @@
 """The producer's Sender: the I/O thread that sends the accumulator's batches to the store.
 
-One thread sends over one autocommit connection. Each request carries the ready batches of every
-partition, at most one per partition so each partition's batches stay in order
+One thread sends over autocommit connections. Each request carries ready batches of many
+partitions, at most one per partition so each partition's batches stay in order
 (``produce_batches``: one round trip, one database transaction, each batch answered on its own,
-as Kafka's ProduceRequest to a broker). Once the application commits a transaction, everything
-still queued goes in ONE call with the consumer offsets and EndTxn (``produce_offsets_end_txn``).
-Where the store says a reader waits on a written partition, the sender hands its wake token to
-``wake`` (the producer's :class:`~oncelog.waker.ReaderWaker`), which wakes it outside the write's
-transaction. What a
+as Kafka's ProduceRequest to a broker). A producer outside transactions sends a round's batches
+as up to ``lanes`` requests at once, each on a connection of its own and each with other
+partitions (Kafka's several requests in flight): idempotent appends to different partitions
+share no lock the store holds exclusively, so they run side by side in the database. Once the
+application commits a transaction, everything still queued goes in ONE call with the consumer
+offsets and EndTxn (``produce_offsets_end_txn``). Where the store says a reader waits on a
+written partition, the sender hands its wake token to ``wake`` (the producer's
+:class:`~oncelog.waker.ReaderWaker`), which wakes it outside the write's transaction. What a
 batch's failure means (retry it with the same sequence, bump the epoch and resend it, fail it) is
 decided here from the error's flags; the identity and sequences themselves belong to the
 :class:`~oncelog.txn_manager.TransactionManager`, and the store is the injected
@@ -20,7 +23,9 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from oncelog import errors
@@ -74,6 +79,7 @@ class Sender:
         metrics: SenderMetrics | None = None,
         wake: Callable[[list[str]], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        lanes: int = 1,
     ) -> None:
         self._store = store
         self._manager = manager
@@ -91,7 +97,13 @@ class Sender:
         self.closing = False
         self.in_flight = 0
         self.sending: set[int] = set()
-        self._conn: Any = None  # only the sender thread touches it
+        # Lane k's connection; lane 0 is the sender's own, the others serve the requests sent side
+        # by side (_send_lanes). Only the sender thread opens or drops them, except that a lane's
+        # thread opens its own connection while the sender thread waits for it.
+        self._lanes = max(1, lanes)
+        self._conns: list[Any] = [None] * self._lanes
+        self._lane = 0  # whose connection _connection() means: the lane being sent or answered
+        self._pool: ThreadPoolExecutor | None = None
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -113,8 +125,14 @@ class Sender:
             self.release()
 
     def release(self) -> None:
-        """Release the sender's connection (when it stops)."""
-        self._drop_connection(invalidate=False)
+        """Release the sender's connections and lane threads (when it stops)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+        for lane in range(self._lanes):
+            self._lane = lane
+            self._drop_connection(invalidate=False)
+        self._lane = 0
 
     def run_once(self) -> int:
         """Send the batches that are ready now, without waiting; return how many (Kafka's
@@ -168,7 +186,7 @@ class Sender:
                 for b in request:
                     self._send_batch(b)
             else:
-                self._send_request(request)
+                self._send_requests(request)
             with self._cond:
                 self.sending.difference_update(b.id for b in request)
         with self._cond:
@@ -222,13 +240,15 @@ class Sender:
 
     # --- the connection -------------------------------------------------------------------------
 
-    def _connection(self) -> Any:
-        if self._conn is None:
-            self._conn = self._store.connect()
-        return self._conn
+    def _connection(self, lane: int | None = None) -> Any:
+        """The connection of ``lane`` (by default the lane being sent or answered), opened as needed."""
+        k = self._lane if lane is None else lane
+        if self._conns[k] is None:
+            self._conns[k] = self._store.connect()
+        return self._conns[k]
 
     def _drop_connection(self, *, invalidate: bool) -> None:
-        conn, self._conn = self._conn, None
+        conn, self._conns[self._lane] = self._conns[self._lane], None
         if conn is not None:
             self._store.release(conn, invalidate=invalidate)
 
@@ -297,24 +317,47 @@ class Sender:
             return
         self._acknowledged([batch], [result], started)
 
-    def _send_request(self, batches: list[ProducerBatch]) -> None:
-        """Send ``batches`` (at most one per partition) in one request: one round trip, one
-        database transaction. The store answers each batch on its own, as for a batch sent
-        alone; a failure of the whole request (a lost connection, a timeout) is every batch's."""
+    def _send_requests(self, batches: list[ProducerBatch]) -> None:
+        """Send ``batches`` (at most one per partition): in one request, or, for a producer
+        outside transactions with lanes to spare, split by records into up to ``lanes`` requests
+        sent side by side. The identity and sequences are settled here first, on the sender
+        thread, and every answer is handled here afterwards, request by request: the lanes' threads
+        only carry the requests."""
         started = self._clock()
+        live = self._prepare(batches, started)
+        if not live:
+            return
+        if self._lanes == 1 or self._manager.transactional or len(live) == 1:
+            # A transactional append holds its transactions row FOR UPDATE: lanes would queue on it.
+            self._answer(live, self._carry(0, live), started)
+            return
+        groups = _split(live, self._lanes)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self._lanes - 1, thread_name_prefix="oncelog-producer-lane")
+        pending: list[Future[_Outcome]] = [self._pool.submit(self._carry, k, g) for k, g in enumerate(groups) if k]
+        outcomes = [self._carry(0, groups[0]), *(f.result() for f in pending)]
+        for k, (group, outcome) in enumerate(zip(groups, outcomes, strict=True)):
+            self._lane = k  # a failure drops this lane's connection, not another's
+            try:
+                self._answer(group, outcome, started)
+            finally:
+                self._lane = 0
+
+    def _prepare(self, batches: list[ProducerBatch], started: float) -> list[ProducerBatch]:
+        """The batches of ``batches`` that go now, each with its identity and sequence (empty when
+        none can: failed, expired, or waiting for the producer's identity)."""
         manager = self._manager
         live = [b for b in batches if self._admit(b, started)]
         if not live:
-            return
+            return []
         for b in live:
             b.tries += 1
-        sent = False
         try:
             # No bump is due here (_alone): at most the first identity is still to be had.
             if not self._ensure_identity(live[0]):
                 for b in live:
                     b.next_attempt_at = self._clock() + self._backoff
-                return
+                return []
             for b in live:
                 manager.assign_sequence(b)
                 b.attempts += 1
@@ -322,29 +365,52 @@ class Sender:
             if any((b.producer_id, b.epoch, b.txn_number) != (first.producer_id, first.epoch, first.txn_number)
                    for b in live):  # fmt: skip
                 raise errors.IllegalStateError("the batches of one request share the producer's identity")
-            conn = self._connection()
+        except errors.OncelogError as exc:
+            if exc.retriable:
+                for b in live:
+                    b.solo = True  # as for a failed request (_answer)
+            for b in live:
+                self._on_error(b, exc, started, sent=False)
+            return []
+        return live
+
+    def _carry(self, lane: int, batches: list[ProducerBatch]) -> _Outcome:
+        """Send one request of prepared ``batches`` on ``lane``'s connection; touches no state of
+        the sender but that connection (lanes other than 0 run this on a thread of their own)."""
+        sent = False
+        try:
+            conn = self._connection(lane)
             sent = True
-            with self._bounded_request(conn, *live):
+            first = batches[0]
+            with self._bounded_request(conn, *batches):
                 answers = self._store.produce_batches(
                     conn,
-                    batches=[ProduceBatch(b.tp.topic, b.tp.partition, b.base_sequence, b.columns) for b in live],
+                    batches=[ProduceBatch(b.tp.topic, b.tp.partition, b.base_sequence, b.columns) for b in batches],
                     producer_id=first.producer_id,
                     producer_epoch=first.epoch,
-                    transactional_id=manager.transactional_id,
+                    transactional_id=self._manager.transactional_id,
                     txn_number=first.txn_number,
                 )
         except errors.OncelogError as exc:
+            return _Outcome(error=exc, sent=sent)
+        return _Outcome(answers=answers)
+
+    def _answer(self, live: list[ProducerBatch], outcome: _Outcome, started: float) -> None:
+        """Handle the answer to one request of ``live``: each batch's result or refusal, or the
+        whole request's failure (every batch's)."""
+        exc = outcome.error
+        if exc is not None:
             if exc.retriable:
                 # Each goes alone until answered: if one partition is what fails (its lock held
                 # elsewhere), it must not hold the others' batches up again.
                 for b in live:
                     b.solo = True
             for b in live:
-                self._on_error(b, exc, started, sent=sent)
+                self._on_error(b, exc, started, sent=outcome.sent)
             return
         done: list[ProducerBatch] = []
         results: list[ProduceResult] = []
-        for b, answer in zip(live, answers, strict=True):
+        for b, answer in zip(live, outcome.answers, strict=True):
             if isinstance(answer, errors.OncelogError):
                 self._on_refusal(b, answer, started)
             else:
@@ -596,6 +662,28 @@ class Sender:
             self._acc.complete(batch)
             self._cond.notify_all()
         fail_batch(batch, exc)
+
+
+@dataclass
+class _Outcome:
+    """What one request came back with: every batch's answer, or the error that failed it whole
+    (``sent``: the request may have reached the store)."""
+
+    answers: Sequence[ProduceResult | errors.OncelogError] = ()
+    error: errors.OncelogError | None = None
+    sent: bool = False
+
+
+def _split(batches: list[ProducerBatch], lanes: int) -> list[list[ProducerBatch]]:
+    """``batches`` in at most ``lanes`` groups of about equal records (largest first, each to
+    the group with fewest so far); every group holds at least one batch."""
+    groups: list[list[ProducerBatch]] = [[] for _ in range(min(lanes, len(batches)))]
+    loads = [0] * len(groups)
+    for b in sorted(batches, key=lambda b: -b.count):
+        k = loads.index(min(loads))
+        groups[k].append(b)
+        loads[k] += b.count
+    return groups
 
 
 def _acknowledge(batch: ProducerBatch, result: ProduceResult) -> None:

@@ -148,6 +148,9 @@ class _LoopProducer(SyncProducer):
     def _new_waker(self, store: ProducerStore, request_timeout: float) -> ReaderWaker:
         return _LoopWaker(store, request_timeout=request_timeout, metric=self._metrics.bump)
 
+    def _sender_lanes(self, max_in_flight: int) -> int:
+        return 1  # the lanes are threads; on the loop, one request at a time
+
     def _start_sender(self) -> None:
         pass  # Producer._run_sender, a task started with the first call on the loop
 

@@ -121,8 +121,10 @@ def test_many_batches_survive_fault_exactly_once(db_url: str, proxy: FaultProxy,
     """Several partitions, several batches queued per partition behind the one that hits the fault."""
     partitions, per_partition, batch_records = 3, 60, 25
     create_topic(db_url, "t", partitions)
+    # One lane: the check below, made while the producer retries, reads what ONE request did
+    # (with lanes, the other lanes' partitions go on meanwhile: test_producer_lanes.py).
     with (
-        open_producer(proxied_url, linger_ms=60_000, max_batch_records=batch_records) as p,
+        open_producer(proxied_url, linger_ms=60_000, max_batch_records=batch_records, max_in_flight=1) as p,
         ThreadPoolExecutor(1) as pool,
     ):
         warm = [p.send("t", f"warm-{i}".encode(), partition=i) for i in range(partitions)]
@@ -223,6 +225,44 @@ def test_alternating_faults_over_many_rounds_keep_log_equal_to_sends(
         log = read_partition(db_url, "t", part)
         assert values(log) == sent[part], f"partition {part}"
         assert len({r.value for r in log}) == len(log)
+
+
+@pytest.mark.timeout(300)
+def test_a_cut_lane_retries_alone_while_the_others_carry_on(
+    db_url: str, proxy: FaultProxy, proxied_url: str
+) -> None:
+    """Through the fault proxy: each round arms a cut of the next request (its reply lost after
+    the commit, or the request lost before it), which hits one lane's request; its batches are
+    retried (answered as duplicates, or appended), the other lanes' are not touched, and the log
+    equals what was sent."""
+    partitions = 8
+    create_topic(db_url, "t", partitions)
+    rng = random.Random(20261127)
+    sent: dict[int, list[bytes]] = {part: [] for part in range(partitions)}
+    with open_producer(proxied_url, max_in_flight=4, max_batch_records=5, linger_ms=60_000) as p:
+        warm = [p.send("t", b"warm-%d" % part, partition=part) for part in range(partitions)]
+        p.flush(RESULT_TIMEOUT)
+        for part in range(partitions):
+            sent[part].append(b"warm-%d" % part)
+            assert warm[part].result(0).offset == 0
+        rounds = 40
+        for rnd in range(rounds):
+            # Armed while every connection is idle: the round's first request to leave meets it.
+            arm(proxy, CUT_AFTER if rnd % 2 == 0 else CUT_BEFORE)
+            for n in range(rng.randint(8, 60)):
+                part = rng.randrange(partitions)
+                value = f"r{rnd}-{n}".encode()
+                p.send("t", value, partition=part)
+                sent[part].append(value)
+            p.flush(RESULT_TIMEOUT)
+        metrics, stats = p.metrics(), proxy.stats
+    assert stats.faults_fired.get(CUT_AFTER) == rounds // 2, stats
+    assert stats.faults_fired.get(CUT_BEFORE) == rounds // 2, stats
+    assert stats.connections_open >= 3, "the lanes' connections, open side by side"
+    assert metrics["record_error_total"] == 0, metrics
+    assert metrics["epoch_bump_total"] == 0, metrics
+    for part in range(partitions):
+        assert values(read_partition(db_url, "t", part)) == sent[part], f"partition {part}"
 
 
 # ------------------------------------------------------------------------------------------------

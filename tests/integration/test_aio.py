@@ -21,7 +21,7 @@ from oncelog import ConsumerRecord, TopicPartition, errors
 from oncelog import Producer as SyncProducer
 from oncelog.aio import Admin, Consumer, Producer, send
 from oncelog.txn_state import TxnState
-from tests.support.roles import Principal, client_principal
+from tests.support.roles import Principal, client_principal, enforce_acls
 
 _T = TypeVar("_T")
 TOPIC = "aio"
@@ -34,9 +34,7 @@ def run(main: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
 
 @pytest.fixture
 def acls_on(engine: sa.Engine) -> None:
-    with engine.begin() as conn:
-        conn.exec_driver_sql(f"SELECT create_topic_v1('{TOPIC}', {PARTITIONS})")
-        conn.exec_driver_sql("SELECT set_acl_enforcement_v1(true)")
+    enforce_acls(engine, {TOPIC: PARTITIONS})
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from oncelog import Admin, Consumer, Producer, TopicPartition, errors
 from oncelog.store import groups, log, txn
 from oncelog.store.records import ProduceBatch, RecordIn
 from tests.support.logcheck import wait_until
-from tests.support.roles import Principal, client_principal
+from tests.support.roles import Principal, client_principal, enforce_acls
 
 TOPIC = "t"
 PARTITIONS = 8
@@ -31,9 +31,7 @@ PARTITIONS = 8
 
 @pytest.fixture
 def acls_on(engine: sa.Engine) -> None:
-    with engine.begin() as conn:
-        conn.exec_driver_sql(f"SELECT create_topic_v1('{TOPIC}', {PARTITIONS})")
-        conn.exec_driver_sql("SELECT set_acl_enforcement_v1(true)")
+    enforce_acls(engine, {TOPIC: PARTITIONS})
 
 
 @pytest.fixture

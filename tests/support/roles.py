@@ -62,6 +62,15 @@ class Principal:
             return conn.execute(statement, params).fetchall()
 
 
+def enforce_acls(engine: sa.Engine, topics: dict[str, int]) -> None:
+    """Create ``topics`` (name: partitions), then switch ACL enforcement on: the body of a test
+    module's ``acls_on`` fixture (tests/integration/conftest.py)."""
+    with engine.begin() as conn:
+        for name, partitions in topics.items():
+            conn.exec_driver_sql("SELECT create_topic_v1(%(name)s, %(n)s)", {"name": name, "n": partitions})
+        conn.exec_driver_sql("SELECT set_acl_enforcement_v1(true)")
+
+
 #: ACL entries (resource type, name, operation) that allow everything.
 ALLOW_ALL = (("topic", "*", "all"), ("transactional_id", "*", "all"), ("group", "*", "all"))
 

@@ -8,9 +8,11 @@ database tests (test_producer_faults.py, test_txn_commit_faults.py, ...).
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future
+from typing import Any
 
 import pytest
 
@@ -46,6 +48,7 @@ class Harness:
         transactional_id: str | None = None,
         delivery_timeout: float = 10.0,
         backoff: float = 0.1,
+        lanes: int = 1,
     ) -> None:
         self.now = 1000.0
         self.store = store or FakeStore()
@@ -78,6 +81,7 @@ class Harness:
             metrics=self.metrics,
             wake=self.wakes.append,
             clock=lambda: self.now,
+            lanes=lanes,
         )
         if transactional_id is not None:
             self.manager.init_transactions(None)
@@ -459,6 +463,95 @@ def test_a_lost_reply_to_a_request_of_many_is_answered_as_duplicates() -> None:
     assert h.store.log == {("t", p): [b"v%d" % p] for p in range(3)}, "each appended once"
     # After the failure each batch went alone (a failing partition must not hold up the others).
     assert [len(args["batches"]) for args in h.store.arguments("produce")] == [3, 1, 1, 1]
+
+
+# --- lanes: requests side by side, each on its own connection ---------------------------------
+
+
+class _Conn:
+    """A fake connection with a name, so a test can tell which lane carried a request."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+def _lane_harness(lanes: int, **kwargs: Any) -> tuple[Harness, list[tuple[int, str, list[int]]]]:
+    """A harness whose store hands out numbered connections and records, for every produce
+    request, (connection, thread name, partitions)."""
+    h = Harness(lanes=lanes, **kwargs)
+    opened = itertools.count()
+    seen: list[tuple[int, str, list[int]]] = []
+    real = h.store.produce_batches
+
+    def connect() -> object:
+        return _Conn(next(opened))
+
+    def produce_batches(conn: object, **request: Any) -> list[Any]:
+        assert isinstance(conn, _Conn)
+        seen.append((conn.n, threading.current_thread().name, [b.partition for b in request["batches"]]))
+        return real(conn, **request)
+
+    h.store.connect = connect  # type: ignore[method-assign]
+    h.store.produce_batches = produce_batches  # type: ignore[method-assign]
+    return h, seen
+
+
+def test_a_round_goes_as_one_request_per_lane_each_on_its_own_connection() -> None:
+    h, seen = _lane_harness(3)
+    futures = [h.send(b"v%d" % p, partition=p) for p in range(6)]
+    assert h.step() == 6
+    assert [f.result(0).offset for f in futures] == [0] * 6
+    assert len(seen) == 3
+    assert sorted(p for _, _, parts in seen for p in parts) == list(range(6)), "each partition in one request"
+    assert len({conn for conn, _, _ in seen}) == 3, "each request on a connection of its own"
+    assert sum(1 for _, thread, _ in seen if thread.startswith("oncelog-producer-lane")) == 2
+    h.sender.release()
+    assert h.store.released == [False, False, False]
+
+
+def test_lanes_split_a_round_by_records() -> None:
+    h, seen = _lane_harness(2)
+    tp = TopicPartition("t", 0)
+    with h.cond:
+        for _ in range(5):  # partition 0: 5 records; partitions 1 to 3: 2 records each
+            h.acc.append(tp, None, b"v", None, None, size=1, now=h.now)
+        for p in (1, 2, 3):
+            for _ in range(2):
+                h.acc.append(TopicPartition("t", p), None, b"v", None, None, size=1, now=h.now)
+    h.step()
+    assert sorted(sorted(parts) for _, _, parts in seen) == [[0], [1, 2, 3]]
+
+
+def test_a_failed_lane_drops_only_its_own_connection_and_nothing_lands_twice() -> None:
+    h, seen = _lane_harness(2)
+    h.store.fail("produce", errors.DatabaseUnavailableError("reply lost"), after=True)
+    futures = [h.send(b"v%d" % p, partition=p) for p in range(4)]
+    h.run_until_done(futures)
+    assert [f.result(0).offset for f in futures] == [0] * 4
+    assert h.store.log == {("t", p): [b"v%d" % p] for p in range(4)}, "each appended once"
+    assert h.store.released == [True], "only the failed lane's connection was dropped"
+    # The failed request's two batches were then retried alone, each answered as a duplicate.
+    assert [len(parts) for _, _, parts in seen] == [2, 2, 1, 1]
+
+
+def test_a_refusal_in_one_lane_fails_that_batch_only() -> None:
+    h, _ = _lane_harness(2)
+    h.store.refuse = lambda batch: errors.RecordTooLargeError("too large") if batch["partition"] == 3 else None
+    futures = [h.send(b"v", partition=p) for p in range(4)]
+    h.step()
+    with pytest.raises(errors.RecordTooLargeError):
+        futures[3].result(0)
+    assert [futures[p].result(0).offset for p in range(3)] == [0, 0, 0]
+    assert h.store.released == [], "a refusal leaves the connection sound"
+
+
+def test_a_transactional_producer_sends_a_round_in_one_request_whatever_its_lanes() -> None:
+    # Its appends queue on the transactions row: lanes would only wait on each other.
+    h, seen = _lane_harness(4, transactional_id=TID)
+    futures = [h.send(b"v", partition=p) for p in range(4)]
+    h.step()
+    assert all(f.done() for f in futures)
+    assert len(seen) == 1 and sorted(seen[0][2]) == [0, 1, 2, 3]
 
 
 def test_a_request_is_bounded_by_the_shortest_remaining_delivery_time() -> None:
