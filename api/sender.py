@@ -4,9 +4,10 @@ One thread sends over autocommit connections. Each request carries ready batches
 partitions, at most one per partition so each partition's batches stay in order
 (``produce_batches``: one round trip, one database transaction, each batch answered on its own,
 as Kafka's ProduceRequest to a broker). A producer outside transactions sends a round's batches
-as up to ``lanes`` requests at once, each on a connection of its own and each with other
-partitions (Kafka's several requests in flight): idempotent appends to different partitions
-share no lock the store holds exclusively, so they run side by side in the database. Once the
+as up to ``lanes`` requests at once when it is large (LANE_MIN_BYTES per lane), each on a
+connection of its own and each with other partitions (Kafka's several requests in flight):
+idempotent appends to different partitions share no lock the store holds exclusively, so they
+run side by side in the database. Once the
 application commits a transaction, everything still queued goes in ONE call with the consumer
 offsets and EndTxn (``produce_offsets_end_txn``). Where the store says a reader waits on a
 written partition, the sender hands its wake token to ``wake`` (the producer's
@@ -34,7 +35,7 @@ from oncelog.producer_store import ProducerStore
 from oncelog.store.records import MAX_BATCHES_PER_REQUEST, ProduceBatch, ProduceResult
 from oncelog.txn_manager import TransactionManager
 
-__all__ = ["MAX_RESEQUENCE_TRIES", "Sender", "fail_batch"]
+__all__ = ["LANE_MIN_BYTES", "MAX_RESEQUENCE_TRIES", "Sender", "fail_batch"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,11 @@ _RESEQUENCE = (errors.OutOfOrderSequenceError, errors.UnknownProducerIdError, er
 #: (each round is a bump or a fresh id and a send; more rounds mean the identity is being taken
 #: away as fast as we get one).
 MAX_RESEQUENCE_TRIES = 6
+#: The record bytes each lane of a round must carry for the round to be split across lanes. Each
+#: request is its own database commit: on small rounds the extra commits cost more than the
+#: backends running side by side gain (measured in bench/produce.py on 8 partitions: rounds of
+#: 80 KB to 800 KB went 0.7x to 0.4x slower split over 5 lanes; rounds of 8 MB went 1.5x faster).
+LANE_MIN_BYTES = 1 << 20
 
 
 class SenderMetrics:
@@ -319,19 +325,20 @@ class Sender:
 
     def _send_requests(self, batches: list[ProducerBatch]) -> None:
         """Send ``batches`` (at most one per partition): in one request, or, for a producer
-        outside transactions with lanes to spare, split by records into up to ``lanes`` requests
-        sent side by side. The identity and sequences are settled here first, on the sender
-        thread, and every answer is handled here afterwards, request by request: the lanes' threads
-        only carry the requests."""
+        outside transactions with lanes to spare and at least LANE_MIN_BYTES of records per lane,
+        split by bytes into up to ``lanes`` requests sent side by side. The identity and
+        sequences are settled here first, on the sender thread, and every answer is handled here
+        afterwards, request by request: the lanes' threads only carry the requests."""
         started = self._clock()
         live = self._prepare(batches, started)
         if not live:
             return
-        if self._lanes == 1 or self._manager.transactional or len(live) == 1:
+        lanes = min(self._lanes, len(live), sum(b.size for b in live) // LANE_MIN_BYTES)
+        if lanes <= 1 or self._manager.transactional:
             # A transactional append holds its transactions row FOR UPDATE: lanes would queue on it.
             self._answer(live, self._carry(0, live), started)
             return
-        groups = _split(live, self._lanes)
+        groups = _split(live, lanes)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self._lanes - 1, thread_name_prefix="oncelog-producer-lane")
         pending: list[Future[_Outcome]] = [self._pool.submit(self._carry, k, g) for k, g in enumerate(groups) if k]
@@ -675,14 +682,14 @@ class _Outcome:
 
 
 def _split(batches: list[ProducerBatch], lanes: int) -> list[list[ProducerBatch]]:
-    """``batches`` in at most ``lanes`` groups of about equal records (largest first, each to
-    the group with fewest so far); every group holds at least one batch."""
+    """``batches`` in at most ``lanes`` groups of about equal bytes (largest first, each to the
+    group with fewest so far); every group holds at least one batch."""
     groups: list[list[ProducerBatch]] = [[] for _ in range(min(lanes, len(batches)))]
     loads = [0] * len(groups)
-    for b in sorted(batches, key=lambda b: -b.count):
+    for b in sorted(batches, key=lambda b: -b.size):
         k = loads.index(min(loads))
         groups[k].append(b)
-        loads[k] += b.count
+        loads[k] += b.size
     return groups
 
 

@@ -229,12 +229,13 @@ def test_alternating_faults_over_many_rounds_keep_log_equal_to_sends(
 
 @pytest.mark.timeout(300)
 def test_a_cut_lane_retries_alone_while_the_others_carry_on(
-    db_url: str, proxy: FaultProxy, proxied_url: str
+    db_url: str, proxy: FaultProxy, proxied_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Through the fault proxy: each round arms a cut of the next request (its reply lost after
     the commit, or the request lost before it), which hits one lane's request; its batches are
     retried (answered as duplicates, or appended), the other lanes' are not touched, and the log
     equals what was sent."""
+    monkeypatch.setattr("oncelog.sender.LANE_MIN_BYTES", 1)  # small rounds split too: many cut lanes, little data
     partitions = 8
     create_topic(db_url, "t", partitions)
     rng = random.Random(20261127)

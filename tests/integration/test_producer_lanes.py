@@ -25,8 +25,11 @@ from tests.support.roles import Principal, enforce_acls
 
 TOPIC = "lanes"
 PARTITIONS = 8
-ROUNDS = 12
-PER_ROUND = 400
+ROUNDS = 6
+PER_ROUND = 160
+#: Values this large make a round of the lanes' producers several LANE_MIN_BYTES (1 MiB) long, so
+#: the defaults split it; the one-lane producer sends small ones.
+LARGE = 16 << 10
 
 
 @pytest.fixture
@@ -59,7 +62,7 @@ def test_two_principals_on_many_lanes_write_each_record_once_in_order(
     ids: dict[str, int] = {}
     failures: list[BaseException] = []
 
-    def run(principal: Principal, tag: str, lanes: int, batch_records: int) -> None:
+    def run(principal: Principal, tag: str, lanes: int, batch_records: int, size: int) -> None:
         mine: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
         sent[tag] = mine
         try:
@@ -67,7 +70,7 @@ def test_two_principals_on_many_lanes_write_each_record_once_in_order(
                 for rnd in range(ROUNDS):
                     for n in range(PER_ROUND):
                         part = (n * 7 + rnd) % PARTITIONS
-                        value = f"{tag}-{rnd}-{n}".encode()
+                        value = f"{tag}-{rnd}-{n}-".encode().ljust(size, b".")
                         p.send(TOPIC, value, key=value, partition=part)
                         mine[part].append(value)
                     p.flush(60)
@@ -76,9 +79,9 @@ def test_two_principals_on_many_lanes_write_each_record_once_in_order(
             failures.append(exc)
 
     threads = [
-        threading.Thread(target=run, args=(client, "a", 4, 25)),
-        threading.Thread(target=run, args=(other, "b", 5, 10)),
-        threading.Thread(target=run, args=(client, "c", 1, 1)),  # one lane, single records, racing
+        threading.Thread(target=run, args=(client, "a", 4, 25, LARGE)),
+        threading.Thread(target=run, args=(other, "b", 5, 40, LARGE)),
+        threading.Thread(target=run, args=(client, "c", 1, 1, 0)),  # one lane, single records, racing
     ]
     for t in threads:
         t.start()

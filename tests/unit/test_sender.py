@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from oncelog import errors
+from oncelog import sender as sender_module
 from oncelog.accumulator import ProducerBatch, RecordAccumulator
-from oncelog.sender import MAX_RESEQUENCE_TRIES, Sender, SenderMetrics
+from oncelog.sender import LANE_MIN_BYTES, MAX_RESEQUENCE_TRIES, Sender, SenderMetrics
 from oncelog.txn_manager import TransactionManager
 from oncelog.txn_state import TxnState
 from oncelog.types import ConsumerGroupMetadata, RecordMetadata, TopicPartition
@@ -475,6 +476,12 @@ class _Conn:
         self.n = n
 
 
+@pytest.fixture
+def any_round_splits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lanes for rounds of any size (these tests' records are a few bytes)."""
+    monkeypatch.setattr(sender_module, "LANE_MIN_BYTES", 1)
+
+
 def _lane_harness(lanes: int, **kwargs: Any) -> tuple[Harness, list[tuple[int, str, list[int]]]]:
     """A harness whose store hands out numbered connections and records, for every produce
     request, (connection, thread name, partitions)."""
@@ -496,7 +503,7 @@ def _lane_harness(lanes: int, **kwargs: Any) -> tuple[Harness, list[tuple[int, s
     return h, seen
 
 
-def test_a_round_goes_as_one_request_per_lane_each_on_its_own_connection() -> None:
+def test_a_round_goes_as_one_request_per_lane_each_on_its_own_connection(any_round_splits: None) -> None:
     h, seen = _lane_harness(3)
     futures = [h.send(b"v%d" % p, partition=p) for p in range(6)]
     assert h.step() == 6
@@ -509,20 +516,19 @@ def test_a_round_goes_as_one_request_per_lane_each_on_its_own_connection() -> No
     assert h.store.released == [False, False, False]
 
 
-def test_lanes_split_a_round_by_records() -> None:
+def test_lanes_split_a_round_by_bytes(any_round_splits: None) -> None:
     h, seen = _lane_harness(2)
     tp = TopicPartition("t", 0)
     with h.cond:
-        for _ in range(5):  # partition 0: 5 records; partitions 1 to 3: 2 records each
+        for _ in range(5):  # partition 0: 5 bytes; partitions 1 to 3: 2 bytes each
             h.acc.append(tp, None, b"v", None, None, size=1, now=h.now)
         for p in (1, 2, 3):
-            for _ in range(2):
-                h.acc.append(TopicPartition("t", p), None, b"v", None, None, size=1, now=h.now)
+            h.acc.append(TopicPartition("t", p), None, b"vv", None, None, size=2, now=h.now)
     h.step()
     assert sorted(sorted(parts) for _, _, parts in seen) == [[0], [1, 2, 3]]
 
 
-def test_a_failed_lane_drops_only_its_own_connection_and_nothing_lands_twice() -> None:
+def test_a_failed_lane_drops_only_its_own_connection_and_nothing_lands_twice(any_round_splits: None) -> None:
     h, seen = _lane_harness(2)
     h.store.fail("produce", errors.DatabaseUnavailableError("reply lost"), after=True)
     futures = [h.send(b"v%d" % p, partition=p) for p in range(4)]
@@ -534,7 +540,7 @@ def test_a_failed_lane_drops_only_its_own_connection_and_nothing_lands_twice() -
     assert [len(parts) for _, _, parts in seen] == [2, 2, 1, 1]
 
 
-def test_a_refusal_in_one_lane_fails_that_batch_only() -> None:
+def test_a_refusal_in_one_lane_fails_that_batch_only(any_round_splits: None) -> None:
     h, _ = _lane_harness(2)
     h.store.refuse = lambda batch: errors.RecordTooLargeError("too large") if batch["partition"] == 3 else None
     futures = [h.send(b"v", partition=p) for p in range(4)]
@@ -545,7 +551,21 @@ def test_a_refusal_in_one_lane_fails_that_batch_only() -> None:
     assert h.store.released == [], "a refusal leaves the connection sound"
 
 
-def test_a_transactional_producer_sends_a_round_in_one_request_whatever_its_lanes() -> None:
+def test_a_round_of_less_than_a_lanes_worth_of_bytes_goes_in_one_request() -> None:
+    # Each request is its own commit: small rounds are cheaper in one.
+    h, seen = _lane_harness(4)
+    half = b"x" * (LANE_MIN_BYTES // 2)
+    futures = [h.send(half, partition=p) for p in range(3)]  # 1.5 lanes' worth: one lane
+    h.step()
+    assert all(f.done() for f in futures)
+    assert len(seen) == 1 and sorted(seen[0][2]) == [0, 1, 2]
+    futures = [h.send(half, partition=p) for p in range(8)]  # 4 lanes' worth
+    h.step()
+    assert all(f.done() for f in futures)
+    assert sorted(len(parts) for _, _, parts in seen[1:]) == [2, 2, 2, 2]
+
+
+def test_a_transactional_producer_sends_a_round_in_one_request_whatever_its_lanes(any_round_splits: None) -> None:
     # Its appends queue on the transactions row: lanes would only wait on each other.
     h, seen = _lane_harness(4, transactional_id=TID)
     futures = [h.send(b"v", partition=p) for p in range(4)]
