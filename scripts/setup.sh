@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 profile=${1:-dev}
 case "$profile" in
   main) extras="spark" ;;
-  dev) extras="dev,spark,metrics,bench,verify" ;;
+  dev) extras="dev,spark,metrics,bench,verify,broker" ;;
   *) echo "usage: scripts/setup.sh [main|dev]" >&2; exit 2 ;;
 esac
 

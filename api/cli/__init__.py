@@ -16,6 +16,7 @@ import psycopg
 import sqlalchemy as sa
 
 from oncelog.cli.acls import acls
+from oncelog.cli.broker import broker
 from oncelog.cli.capture import capture
 from oncelog.cli.clients import consume, produce
 from oncelog.cli.context import CliContext
@@ -112,6 +113,7 @@ class _Run:
 _RUN = _Run()
 
 
+cli.add_command(broker)
 cli.add_command(db)
 cli.add_command(dev_db)
 cli.add_command(demo)

@@ -9,6 +9,7 @@ for the test database's. Whatever a page leaves open (producers, consumers) is c
 
 from __future__ import annotations
 
+import contextlib
 import doctest
 import re
 from collections.abc import Iterator
@@ -17,11 +18,15 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO
+from tests.support.broker import broker_command
 from tests.support.docs import as_program
 
 PAGES = ["README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("guide-*.md"))]
 #: Pages whose examples start Spark (they need a JVM: the spark marker).
 SPARK_PAGES = {"docs/guide-spark.md"}
+#: Pages whose examples connect to `oncelog broker`, at the address they name: it is started over
+#: the test database (as the page tells the reader to) and the address swapped for its own.
+BROKER_PAGES = {"docs/guide-broker.md": "127.0.0.1:9092"}
 
 
 def _blocks(page: str) -> list[str]:
@@ -44,10 +49,16 @@ def test_every_page_has_examples_to_run() -> None:
 def test_the_examples_of_a_page_run_as_written(page: str, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ONCELOG_DATABASE_URL", db_url)
     namespace: dict[str, object] = {"__name__": f"docs_example_{Path(page).stem.replace('-', '_')}"}
+    with contextlib.ExitStack() as stack:
+        broker = stack.enter_context(broker_command(db_url))[1] if page in BROKER_PAGES else None
+        _run_page(page, namespace, broker)
+
+
+def _run_page(page: str, namespace: dict[str, object], broker: str | None) -> None:
     try:
         for n, block in enumerate(_blocks(page), start=1):
             name = f"{page} (example {n})"
-            code = block
+            code = block if broker is None else block.replace(BROKER_PAGES[page], broker)
             if page == "README.md":  # its one block names a server inline
                 code = re.sub(r'^url = "[^"]*"', "url = __import__('os').environ['ONCELOG_DATABASE_URL']", block,
                               count=1, flags=re.M)  # fmt: skip

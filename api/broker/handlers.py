@@ -1,0 +1,429 @@
+"""What the broker answers to each request, and the one table of the APIs it serves.
+
+Every answer comes from the store's own functions (:mod:`oncelog.store`), so the store's rules
+stay the authority: producer ids and epochs are issued and checked there, sequences deduplicate
+there, read_committed is the store's. A store error becomes the Kafka error code a Kafka client
+reacts to in the same way (:data:`ERROR_CODES`). The store is called from a thread (its calls are
+synchronous), one database connection per call from the broker's pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+
+from oncelog import errors
+from oncelog.broker.codec import (
+    BadBatch,
+    ProducedBatch,
+    commit_marker,
+    fetched_batches,
+    parse_produced,
+)
+from oncelog.store import log, topics, txn
+from oncelog.store.records import MAX_BATCHES_PER_REQUEST, FetchedRecord, PartitionFetch, ProduceBatch
+
+__all__ = ["API_RANGES", "ERROR_CODES", "Handlers", "error_code"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: The versions served of each API (key: min, max): dispatch and the ApiVersions answer both read
+#: this one table, so they cannot drift. Produce from 3 and Fetch from 4 are record batch v2
+#: (librdkafka turns v2 on only when both are offered, even to a pure producer); Produce 12 and
+#: later need KIP-890's transaction protocol, Fetch 13 and later topic ids.
+API_RANGES: dict[int, tuple[int, int]] = {
+    0: (3, 9),  # Produce
+    1: (4, 12),  # Fetch
+    2: (1, 7),  # ListOffsets
+    3: (0, 12),  # Metadata
+    18: (0, 3),  # ApiVersions
+    22: (0, 4),  # InitProducerId
+}
+
+#: Store errors as the Kafka error codes of the same meaning (Kafka's Errors.java).
+ERROR_CODES: dict[type[errors.OncelogError], int] = {
+    errors.OffsetOutOfRangeError: 1,
+    errors.CorruptRecordError: 2,
+    errors.UnknownTopicOrPartitionError: 3,
+    errors.RequestTimeoutError: 7,
+    errors.RecordTooLargeError: 10,
+    errors.DatabaseUnavailableError: 13,  # NETWORK_EXCEPTION: retriable, outcome unknown
+    errors.RecordBatchTooLargeError: 18,
+    errors.TopicAuthorizationError: 29,
+    errors.InvalidTimestampError: 32,
+    errors.InvalidRequestError: 42,
+    errors.OutOfOrderSequenceError: 45,
+    errors.InvalidProducerEpochError: 47,
+    errors.InvalidProducerIdMappingError: 49,
+    errors.TransactionalIdAuthorizationError: 53,
+    errors.UnknownProducerIdError: 59,
+    errors.InvalidRecordError: 87,
+    errors.ProducerFencedError: 90,
+}
+UNKNOWN_SERVER_ERROR, NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST = -1, 0, 3, 42
+
+
+def error_code(exc: BaseException) -> int:
+    """The Kafka error code of ``exc``: its class's, or its nearest base class's."""
+    for cls in type(exc).__mro__:
+        code = ERROR_CODES.get(cls)
+        if code is not None:
+            return code
+    return UNKNOWN_SERVER_ERROR
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """This broker as clients must reach it (``--advertised-listener``)."""
+
+    node_id: int
+    host: str
+    port: int
+
+
+#: How long an empty Fetch waits between looks at the store (it answers at max_wait_ms at the latest).
+_FETCH_POLL_S = (0.005, 0.1)
+#: The longest an empty Fetch waits, whatever max_wait_ms a client asks for (clients ask 0.5 s).
+_FETCH_MAX_WAIT_S = 30.0
+#: Records one partition's fetch reads at most: the budget in bytes over 1 KiB, at most this
+#: many (the store reads by records; the answer is then cut to the byte budget).
+_FETCH_MAX_RECORDS = 1000
+
+
+class Handlers:
+    """One method per API; each takes the decoded request and returns the response (None: no
+    response, for acks=0 produce). ``run(fn, *args)`` runs ``fn(conn, *args)`` on a connection of
+    the broker's engine, off the event loop."""
+
+    def __init__(self, engine: sa.Engine, node: Node, run: Callable[..., Any], *, cluster_id: str = "oncelog") -> None:
+        self._engine = engine
+        self._node = node
+        self._run = run
+        self._cluster_id = cluster_id
+
+    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(conn, *args, **kwargs)`` on a pooled autocommit connection (runs on a thread)."""
+        with self._engine.connect() as conn:
+            return fn(conn, *args, **kwargs)
+
+    # --- ApiVersions, Metadata ---------------------------------------------------------------------
+
+    async def api_versions(self, request: Any, response_class: Any) -> Any:
+        entry = response_class.ApiVersion
+        return response_class(
+            version=request.version,
+            error_code=NONE,
+            api_keys=[entry(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in sorted(API_RANGES.items())],
+            throttle_time_ms=0,
+        )
+
+    async def metadata(self, request: Any, response_class: Any) -> Any:
+        known: dict[str, int] = await self._run(self.call, topics.list_topics)
+        wanted = request.topics
+        names = sorted(known) if wanted is None or (request.version == 0 and not wanted) else [t.name for t in wanted]
+        node = self._node
+        topic_class = response_class.MetadataResponseTopic
+        partition_class = topic_class.MetadataResponsePartition
+        out = []
+        for name in names:
+            count = known.get(name)
+            parts = [
+                partition_class(
+                    error_code=NONE,
+                    partition_index=p,
+                    leader_id=node.node_id,
+                    leader_epoch=0,
+                    replica_nodes=[node.node_id],
+                    isr_nodes=[node.node_id],
+                    offline_replicas=[],
+                )
+                for p in range(count or 0)
+            ]
+            out.append(
+                topic_class(
+                    error_code=NONE if count is not None else UNKNOWN_TOPIC_OR_PARTITION,
+                    name=name,
+                    topic_id=uuid.uuid5(uuid.NAMESPACE_URL, f"oncelog:{name}")
+                    if count is not None
+                    else uuid.UUID(int=0),
+                    is_internal=False,
+                    partitions=parts,
+                )
+            )
+        return response_class(
+            version=request.version,
+            throttle_time_ms=0,
+            brokers=[
+                response_class.MetadataResponseBroker(node_id=node.node_id, host=node.host, port=node.port, rack=None)
+            ],
+            cluster_id=self._cluster_id,
+            controller_id=node.node_id,
+            topics=out,
+        )
+
+    # --- InitProducerId ------------------------------------------------------------------------------
+
+    async def init_producer_id(self, request: Any, response_class: Any) -> Any:
+        def answer(code: int, producer_id: int = -1, epoch: int = -1) -> Any:
+            return response_class(
+                version=request.version,
+                throttle_time_ms=0,
+                error_code=code,
+                producer_id=producer_id,
+                producer_epoch=epoch,
+            )
+
+        if request.transactional_id is not None:
+            # Transactions through the Kafka protocol are not served yet (docs/guide-broker.md).
+            return answer(INVALID_REQUEST)
+        current = getattr(request, "producer_id", -1)
+        epoch = getattr(request, "producer_epoch", -1)
+        try:
+            if current is not None and current >= 0:
+                ident = await self._run(self.call, log.init_producer_id, producer_id=current, epoch=epoch)
+            else:
+                ident = await self._run(self.call, log.init_producer_id)
+        except errors.OncelogError as exc:
+            return answer(error_code(exc))
+        return answer(NONE, ident.producer_id, ident.epoch)
+
+    # --- Produce -------------------------------------------------------------------------------------
+
+    async def produce(self, request: Any, response_class: Any) -> Any:
+        codes: dict[tuple[str, int], int] = {}
+        parsed: list[tuple[tuple[str, int], ProducedBatch]] = []
+        for t in request.topic_data:
+            for p in t.partition_data:
+                if request.transactional_id is not None:
+                    # Transactions through the Kafka protocol are not served yet (docs/guide-broker.md).
+                    codes[(t.name, p.index)] = INVALID_REQUEST
+                    continue
+                try:
+                    for batch in parse_produced(p.records):
+                        parsed.append(((t.name, p.index), batch))
+                except BadBatch as exc:
+                    codes[(t.name, p.index)] = exc.code
+                    logger.info("produce to %s-%s refused: %s", t.name, p.index, exc)
+        offsets: dict[tuple[str, int], int] = {}
+        if parsed:
+            results = await self._run(self._append, parsed)
+            for tp, result in results:
+                if isinstance(result, BaseException):
+                    codes.setdefault(tp, error_code(result))
+                else:
+                    offsets.setdefault(tp, result)
+        if request.acks == 0:
+            return None
+        return self._produce_response(request, response_class, codes, offsets)
+
+    def _append(self, parsed: list[tuple[tuple[str, int], ProducedBatch]]) -> list[tuple[tuple[str, int], Any]]:
+        """Append the request's batches: those of one producer identity together, in requests of
+        at most MAX_BATCHES_PER_REQUEST. Each batch's answer is its base offset, or the error."""
+        out: list[tuple[tuple[str, int], Any]] = []
+        groups: dict[tuple[int | None, int | None], list[tuple[tuple[str, int], ProducedBatch]]] = {}
+        for tp, batch in parsed:
+            groups.setdefault((batch.producer_id, batch.producer_epoch), []).append((tp, batch))
+        with self._engine.connect() as conn:
+            for (producer_id, epoch), items in groups.items():
+                for start in range(0, len(items), MAX_BATCHES_PER_REQUEST):
+                    chunk = items[start : start + MAX_BATCHES_PER_REQUEST]
+                    try:
+                        answers = log.produce_batches(
+                            conn,
+                            batches=[ProduceBatch(t, p, b.base_sequence, b.records) for (t, p), b in chunk],
+                            producer_id=producer_id,
+                            producer_epoch=epoch,
+                        )
+                    except errors.OncelogError as exc:
+                        out += [(tp, exc) for tp, _ in chunk]
+                        continue
+                    for (tp, _), answer in zip(chunk, answers, strict=True):
+                        out.append((tp, answer if isinstance(answer, BaseException) else answer.base_offset))
+        return out
+
+    @staticmethod
+    def _produce_response(
+        request: Any, response_class: Any, codes: dict[tuple[str, int], int], offsets: dict[tuple[str, int], int]
+    ) -> Any:
+        partition_class = response_class.TopicProduceResponse.PartitionProduceResponse
+
+        def partition(topic: str, p: Any) -> Any:
+            code = codes.get((topic, p.index), NONE)
+            return partition_class(
+                index=p.index,
+                error_code=code,
+                base_offset=offsets.get((topic, p.index), -1) if code == NONE else -1,
+                log_append_time_ms=-1,
+                log_start_offset=-1,
+                record_errors=[],
+                error_message=None,
+            )
+
+        return response_class(
+            version=request.version,
+            throttle_time_ms=0,
+            responses=[
+                response_class.TopicProduceResponse(name=name, partition_responses=parts)
+                for name, parts in _per_partition(request.topic_data, "name", "partition_data", partition)
+            ],
+        )
+
+    # --- ListOffsets ---------------------------------------------------------------------------------
+
+    async def list_offsets(self, request: Any, response_class: Any) -> Any:
+        committed = getattr(request, "isolation_level", 0) == 1
+        answers = await self._run(self._list_offsets, request.topics, committed)
+        partition_class = response_class.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
+
+        def partition(topic: str, p: Any) -> Any:
+            code, offset, timestamp = answers[(topic, p.partition_index)]
+            return partition_class(
+                partition_index=p.partition_index, error_code=code, timestamp=timestamp, offset=offset, leader_epoch=0
+            )
+
+        return response_class(
+            version=request.version,
+            throttle_time_ms=0,
+            topics=[
+                response_class.ListOffsetsTopicResponse(name=name, partitions=parts)
+                for name, parts in _per_partition(request.topics, "name", "partitions", partition)
+            ],
+        )
+
+    def _list_offsets(self, wanted: Sequence[Any], committed: bool) -> dict[tuple[str, int], tuple[int, int, int]]:
+        """(error code, offset, timestamp ms) per partition: -2 the log start, -1 the end (the
+        last stable offset for read_committed), a time the first offset at or after it."""
+        out: dict[tuple[str, int], tuple[int, int, int]] = {}
+        with self._engine.connect() as conn:
+            for t in wanted:
+                try:
+                    bounds = {b.partition: b for b in log.list_offsets(conn, topic=t.name)}
+                except errors.OncelogError as exc:
+                    for p in t.partitions:
+                        out[(t.name, p.partition_index)] = (error_code(exc), -1, -1)
+                    continue
+                for p in t.partitions:
+                    key, b, ts = (t.name, p.partition_index), bounds.get(p.partition_index), p.timestamp
+                    if b is None:
+                        out[key] = (UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
+                    elif ts == -2:
+                        out[key] = (NONE, b.log_start_offset, -1)
+                    elif ts == -1:
+                        out[key] = (NONE, b.last_stable_offset if committed else b.high_watermark, -1)
+                    elif ts < 0:
+                        out[key] = (INVALID_REQUEST, -1, -1)  # -3 (max timestamp) and the like: not served
+                    else:
+                        at = datetime.fromtimestamp(ts / 1000, UTC)
+                        try:
+                            (found,) = log.list_offsets_for_times(
+                                conn, requests=[(t.name, p.partition_index, at)], read_committed=committed
+                            )
+                        except errors.OncelogError as exc:
+                            out[key] = (error_code(exc), -1, -1)
+                            continue
+                        out[key] = (
+                            (NONE, -1, -1) if found is None else (NONE, found[0], int(found[1].timestamp() * 1000))
+                        )
+        return out
+
+    # --- Fetch ---------------------------------------------------------------------------------------
+
+    async def fetch(self, request: Any, response_class: Any) -> Any:
+        committed = getattr(request, "isolation_level", 0) == 1
+        positions: dict[tuple[str, int], int] = {}
+        budgets: dict[tuple[str, int], int] = {}
+        for t in request.topics:
+            for p in t.partitions:
+                positions[(t.topic, p.partition)] = p.fetch_offset
+                budgets[(t.topic, p.partition)] = p.partition_max_bytes
+        deadline = time.monotonic() + min(max(request.max_wait_ms, 0) / 1000, _FETCH_MAX_WAIT_S)
+        pause = _FETCH_POLL_S[0]
+        while True:
+            fetched = await self._run(self._fetch, positions, budgets, committed)
+            if any(body for _, _, body in fetched.values()) or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(min(pause, max(deadline - time.monotonic(), 0)))
+            pause = min(pause * 2, _FETCH_POLL_S[1])
+        partition_class = response_class.FetchableTopicResponse.PartitionData
+
+        def partition(topic: str, p: Any) -> Any:
+            code, seen, body = fetched[(topic, p.partition)]
+            return partition_class(
+                partition_index=p.partition,
+                error_code=code,
+                high_watermark=-1 if seen is None else seen.high_watermark,
+                last_stable_offset=-1 if seen is None else seen.last_stable_offset,
+                log_start_offset=-1 if seen is None else seen.log_start_offset,
+                aborted_transactions=[],
+                preferred_read_replica=-1,
+                records=body,  # an empty record set, never null: librdkafka needs the bytes
+            )
+
+        return response_class(
+            version=request.version,
+            throttle_time_ms=0,
+            error_code=NONE,
+            session_id=0,
+            responses=[
+                response_class.FetchableTopicResponse(topic=name, partitions=parts)
+                for name, parts in _per_partition(request.topics, "topic", "partitions", partition)
+            ],
+        )
+
+    def _fetch(
+        self, positions: dict[tuple[str, int], int], budgets: dict[tuple[str, int], int], committed: bool
+    ) -> dict[tuple[str, int], tuple[int, PartitionFetch[FetchedRecord] | None, bytes]]:
+        """Per partition: (error code, what the store saw, the record set to send)."""
+        most = max(1, min(_FETCH_MAX_RECORDS, max(budgets.values(), default=0) // 1024))
+        with self._engine.connect() as conn:
+            try:
+                seen = log.fetch_many(conn, positions, max_records=most, read_committed=committed)
+                if any(f.expired_transaction for f in seen.values()) and txn.expire_transactions(conn):
+                    seen = log.fetch_many(conn, positions, max_records=most, read_committed=committed)
+            except errors.OncelogError as exc:
+                return {tp: (error_code(exc), None, b"") for tp in positions}
+        out: dict[tuple[str, int], tuple[int, PartitionFetch[FetchedRecord] | None, bytes]] = {}
+        for tp, position in positions.items():
+            f = seen.get(tp)
+            if f is None or f.error is not None:
+                code = 1 if f is not None and f.error == "offset_out_of_range" else UNKNOWN_TOPIC_OR_PARTITION
+                out[tp] = (code, f, b"")
+                continue
+            records = _within(f.records, budgets[tp])
+            body = fetched_batches(records) if records else b""
+            after = records[-1].offset + 1 if records else position
+            if len(records) == len(f.records) and f.read_limit is not None and f.read_limit > after:
+                # What lies between (commit markers, aborted records) is nothing this reader may
+                # see: a marker at the last of it moves the reader past, as Kafka's would.
+                body += commit_marker(f.read_limit - 1, int(time.time() * 1000))
+            out[tp] = (NONE, f, body)
+        return out
+
+
+def _per_partition(
+    topics: Sequence[Any], name: str, parts: str, answer: Callable[[str, Any], Any]
+) -> list[tuple[str, list[Any]]]:
+    """Each requested topic's name (attribute ``name``) and the answer for each of its requested
+    partitions (attribute ``parts``): the nesting of every per-partition Kafka response."""
+    return [(getattr(t, name), [answer(getattr(t, name), p) for p in getattr(t, parts)]) for t in topics]
+
+
+def _within(records: list[FetchedRecord], budget: int) -> list[FetchedRecord]:
+    """The first records of ``records`` that fit ``budget`` bytes (at least one, as Kafka sends
+    a record larger than the budget alone so that a reader is never stuck)."""
+    used = 0
+    for i, r in enumerate(records):
+        used += len(r.key or b"") + len(r.value or b"") + 70
+        if used > budget and i > 0:
+            return records[:i]
+    return records

@@ -1,0 +1,198 @@
+"""The broker's network side: an asyncio TCP server speaking Kafka's framing.
+
+Each connection's requests are answered in the order they came (Kafka's rule: a client pipelines
+requests on a connection and matches answers by order and correlation id), one at a time. The
+store's calls run on a thread pool; the event loop only reads, decodes, encodes and writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from oncelog.broker.codec import REQUEST_CLASSES, api_versions_refusal, decode_request, encode_response, peek
+from oncelog.broker.handlers import API_RANGES, Handlers, Node
+from oncelog.errors import ConfigurationError
+
+__all__ = ["Broker", "Listener", "parse_listener"]
+
+logger = logging.getLogger(__name__)
+
+#: The largest request accepted (Kafka's socket.request.max.bytes default): a bigger size prefix
+#: is a client speaking something else, and its connection is closed.
+MAX_REQUEST_BYTES = 100 * 1024 * 1024
+_SIZE = struct.Struct(">i")
+_API_VERSIONS = 18
+#: What _answer returns to have the connection closed.
+_CLOSE = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """A host and port."""
+
+    host: str
+    port: int
+
+
+def parse_listener(text: str) -> Listener:
+    """``HOST:PORT`` (``[v6addr]:PORT`` for IPv6); ConfigurationError otherwise."""
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigurationError(f"a listener is HOST:PORT, not {text!r}")
+    return Listener(host, int(port))
+
+
+class Broker:
+    """Serves the Kafka protocol on ``listen`` over the store behind ``engine``.
+
+    ``advertised``: the address clients are told to connect to (Metadata); by default the
+    listening one (with port 0, the port the system chose). Use as ``async with``, or
+    :meth:`start` and :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        engine: sa.Engine,
+        listen: Listener,
+        *,
+        advertised: Listener | None = None,
+        node_id: int = 1,
+        threads: int = 8,
+    ) -> None:
+        # Autocommit: each store call is its own database transaction, as the store's functions
+        # are written to be called.
+        self._engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._listen = listen
+        self._advertised = advertised
+        self._node_id = node_id
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="oncelog-broker-store")
+        self._server: asyncio.Server | None = None
+        self._handlers: Handlers | None = None
+        self._dispatch: dict[int, Callable[[Any, Any], Awaitable[Any]]] = {}
+        self._connections: set[asyncio.Task[None]] = set()
+
+    @property
+    def address(self) -> Listener:
+        """Where the broker listens (the system's port, when asked for port 0)."""
+        if self._server is None:
+            raise RuntimeError("the broker is not started")
+        host, port = self._server.sockets[0].getsockname()[:2]
+        return Listener(host, port)
+
+    async def start(self) -> None:
+        """Bind and start accepting connections."""
+        self._server = await asyncio.start_server(self._serve, self._listen.host, self._listen.port)
+        node = self._advertised or self.address
+        self._handlers = Handlers(self._engine, Node(self._node_id, node.host, node.port), self._run)
+        h = self._handlers
+        self._dispatch = {
+            0: h.produce,
+            1: h.fetch,
+            2: h.list_offsets,
+            3: h.metadata,
+            18: h.api_versions,
+            22: h.init_producer_id,
+        }
+        if set(self._dispatch) != set(API_RANGES):
+            raise RuntimeError("the dispatch table and API_RANGES name different APIs")
+        here = self.address
+        logger.info("oncelog broker listening on %s:%s (advertised %s:%s)", here.host, here.port, node.host, node.port)
+
+    async def serve_forever(self) -> None:
+        """Start (if needed) and serve until cancelled."""
+        if self._server is None:
+            await self.start()
+        server = self._server
+        if server is None:
+            raise RuntimeError("the broker did not start")
+        await server.serve_forever()
+
+    async def close(self) -> None:
+        """Stop accepting, close every connection, and release the store's threads."""
+        if self._server is not None:
+            self._server.close()
+            for task in list(self._connections):
+                task.cancel()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    async def __aenter__(self) -> Broker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, lambda: fn(*args, **kwargs))
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        try:
+            while True:
+                try:
+                    (size,) = _SIZE.unpack(await reader.readexactly(4))
+                except asyncio.IncompleteReadError:
+                    return  # the client closed the connection
+                if not 0 < size <= MAX_REQUEST_BYTES:
+                    logger.warning("closing %s: a request of %s bytes", peer, size)
+                    return
+                answer = await self._answer(await reader.readexactly(size), peer)
+                if answer is _CLOSE:
+                    return
+                if isinstance(answer, bytes):
+                    writer.write(answer)
+                    await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        finally:
+            if task is not None:
+                self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _answer(self, frame: bytes, peer: Any) -> bytes | object | None:
+        """The framed answer to one request; None when it gets none (acks=0), _CLOSE to close
+        the connection (a request we cannot read, as Kafka's brokers do)."""
+        if len(frame) < 8:
+            logger.warning("closing %s: a request too short for its header", peer)
+            return _CLOSE
+        api_key, version, correlation_id = peek(frame)
+        served = API_RANGES.get(api_key)
+        if api_key == _API_VERSIONS and served is not None and version > served[1]:
+            return api_versions_refusal(correlation_id, [(k, lo, hi) for k, (lo, hi) in sorted(API_RANGES.items())])
+        if served is None or not served[0] <= version <= served[1]:
+            logger.warning("closing %s: API key %s version %s is not served", peer, api_key, version)
+            return _CLOSE
+        request_class, response_class = REQUEST_CLASSES[api_key]
+        try:
+            request = decode_request(frame, request_class, version)
+        except Exception:  # whatever the bytes were, they were not this request
+            logger.warning(
+                "closing %s: a malformed request (API key %s version %s)", peer, api_key, version, exc_info=True
+            )
+            return _CLOSE
+        try:
+            response = await self._dispatch[api_key](request, response_class)
+            if response is None:
+                return None
+            return encode_response(response, correlation_id)
+        except Exception:  # a bug of ours: this client's connection ends, the broker serves on
+            logger.exception("closing %s: answering API key %s version %s failed", peer, api_key, version)
+            return _CLOSE

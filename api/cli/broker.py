@@ -1,0 +1,62 @@
+"""``oncelog broker``: serve the Kafka protocol over the store (docs/guide-broker.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+
+import click
+
+from oncelog.broker import Broker, parse_listener
+from oncelog.cli.context import CliContext
+from oncelog.errors import ConfigurationError
+from oncelog.store import create_engine
+from oncelog.store.engine import Timeouts
+
+#: Each store call the broker makes is bounded like a client's request (statement and lock
+#: timeouts, keepalives): a Kafka client's own request timeout is 30 s.
+_REQUEST_TIMEOUT_MS = 30_000
+
+
+@click.command()
+@click.option("--listen", default="127.0.0.1:9092", show_default=True, help="HOST:PORT to accept Kafka clients on.")
+@click.option(
+    "--advertised-listener",
+    default=None,
+    help="HOST:PORT clients are told to connect to (Metadata); by default the --listen address.",
+)
+@click.option("--node-id", default=1, show_default=True, help="This broker's node id in Metadata.")
+@click.pass_obj
+def broker(obj: CliContext, listen: str, advertised_listener: str | None, node_id: int) -> None:
+    """Serve the Kafka protocol on --listen: Kafka's clients write and read the store's log.
+    Stops on SIGINT/SIGTERM."""
+    try:
+        where = parse_listener(listen)
+        advertised = parse_listener(advertised_listener) if advertised_listener else None
+    except ConfigurationError as exc:
+        raise click.BadParameter(exc.message) from None
+    obj.engine()  # start and migrate the embedded server if that is what we use
+    engine = create_engine(
+        obj.url(), schema=obj.schema, timeouts=Timeouts.for_request(_REQUEST_TIMEOUT_MS), pool_size=8, max_overflow=8
+    )
+    try:
+        asyncio.run(_serve(Broker(engine, where, advertised=advertised, node_id=node_id)))
+    finally:
+        engine.dispose()
+
+
+async def _serve(server: Broker) -> None:
+    await server.start()
+    here = server.address
+    click.echo(f"oncelog broker: Kafka clients may connect to {here.host}:{here.port}", err=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    serving = asyncio.create_task(server.serve_forever())
+    await stop.wait()
+    serving.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await serving
+    await server.close()

@@ -1,0 +1,36 @@
+"""``oncelog broker`` run as a user runs it: a child process over a test's database."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def broker_command(db_url: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """Start ``oncelog broker --listen 127.0.0.1:0`` over ``db_url``; yield the process and the
+    address it listens on (read from its first line on stderr). Killed afterwards if still running."""
+    env = {**os.environ, "ONCELOG_DATABASE_URL": db_url}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "oncelog", "broker", "--listen", "127.0.0.1:0"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        match = re.search(r"connect to (\S+:\d+)", line)
+        if match is None:
+            raise AssertionError(f"oncelog broker did not start: {line!r}")
+        yield proc, match.group(1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        if proc.stderr is not None:
+            proc.stderr.close()
