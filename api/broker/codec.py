@@ -18,8 +18,32 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kafka.protocol.api_header import RequestHeader
-from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 from kafka.record import MemoryRecords, MemoryRecordsBuilder
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
@@ -50,6 +74,13 @@ REQUEST_CLASSES: dict[int, tuple[Any, Any]] = {
         (MetadataRequest, MetadataResponse),
         (ApiVersionsRequest, ApiVersionsResponse),
         (InitProducerIdRequest, InitProducerIdResponse),
+        (FindCoordinatorRequest, FindCoordinatorResponse),
+        (JoinGroupRequest, JoinGroupResponse),
+        (SyncGroupRequest, SyncGroupResponse),
+        (HeartbeatRequest, HeartbeatResponse),
+        (LeaveGroupRequest, LeaveGroupResponse),
+        (OffsetCommitRequest, OffsetCommitResponse),
+        (OffsetFetchRequest, OffsetFetchResponse),
     )
 }
 

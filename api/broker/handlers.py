@@ -46,6 +46,13 @@ API_RANGES: dict[int, tuple[int, int]] = {
     1: (4, 12),  # Fetch
     2: (1, 7),  # ListOffsets
     3: (0, 12),  # Metadata
+    8: (2, 8),  # OffsetCommit
+    9: (1, 7),  # OffsetFetch
+    10: (0, 3),  # FindCoordinator
+    11: (0, 5),  # JoinGroup
+    12: (0, 3),  # Heartbeat
+    13: (0, 1),  # LeaveGroup
+    14: (0, 3),  # SyncGroup
     18: (0, 3),  # ApiVersions
     22: (0, 4),  # InitProducerId
 }
@@ -69,6 +76,17 @@ ERROR_CODES: dict[type[errors.OncelogError], int] = {
     errors.UnknownProducerIdError: 59,
     errors.InvalidRecordError: 87,
     errors.ProducerFencedError: 90,
+    errors.OffsetMetadataTooLargeError: 12,
+    errors.IllegalGenerationError: 22,
+    errors.UnassignedPartitionError: 22,  # a commit for a partition the member does not own: rejoin
+    errors.InvalidGroupIdError: 24,
+    errors.UnknownMemberIdError: 25,
+    errors.RebalanceInProgressError: 27,
+    errors.GroupAuthorizationError: 30,
+    errors.NonEmptyGroupError: 68,
+    errors.GroupIdNotFoundError: 69,
+    errors.FencedInstanceIdError: 82,
+    errors.UnstableOffsetCommitError: 88,
 }
 UNKNOWN_SERVER_ERROR, NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST = -1, 0, 3, 42
 
@@ -107,7 +125,7 @@ class Handlers:
 
     def __init__(self, engine: sa.Engine, node: Node, run: Callable[..., Any], *, cluster_id: str = "oncelog") -> None:
         self._engine = engine
-        self._node = node
+        self.node = node
         self._run = run
         self._cluster_id = cluster_id
 
@@ -131,7 +149,7 @@ class Handlers:
         known: dict[str, int] = await self._run(self.call, topics.list_topics)
         wanted = request.topics
         names = sorted(known) if wanted is None or (request.version == 0 and not wanted) else [t.name for t in wanted]
-        node = self._node
+        node = self.node
         topic_class = response_class.MetadataResponseTopic
         partition_class = topic_class.MetadataResponsePartition
         out = []

@@ -19,6 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from oncelog.broker.codec import REQUEST_CLASSES, api_versions_refusal, decode_request, encode_response, peek
+from oncelog.broker.groups import GroupHandlers
 from oncelog.broker.handlers import API_RANGES, Handlers, Node
 from oncelog.errors import ConfigurationError
 
@@ -95,11 +96,19 @@ class Broker:
         node = self._advertised or self.address
         self._handlers = Handlers(self._engine, Node(self._node_id, node.host, node.port), self._run)
         h = self._handlers
+        g = GroupHandlers(self._engine, h.node, self._run)
         self._dispatch = {
             0: h.produce,
             1: h.fetch,
             2: h.list_offsets,
             3: h.metadata,
+            8: g.offset_commit,
+            9: g.offset_fetch,
+            10: g.find_coordinator,
+            11: g.join_group,
+            12: g.heartbeat,
+            13: g.leave_group,
+            14: g.sync_group,
             18: h.api_versions,
             22: h.init_producer_id,
         }

@@ -22,13 +22,22 @@ import confluent_kafka as ck
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
+from kafka.protocol.consumer import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 from kafka.record import MemoryRecordsBuilder
 
 import oncelog
 from oncelog.broker import API_RANGES, Broker, Listener
-from oncelog.store import create_engine
+from oncelog.store import create_engine, groups
 from tests.support.broker import broker_command
 from tests.support.logcheck import read_partition
 
@@ -372,3 +381,175 @@ def test_oncelog_broker_command_serves_until_sigterm(db_url: str) -> None:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     assert [r.value for r in read_partition(db_url, TOPIC, 0)] == [b"via the command"]
+
+
+# --- consumer groups ---------------------------------------------------------------------------------
+
+
+def _assigned(consumer: KafkaConsumer) -> set[int]:
+    return {tp.partition for tp in consumer.assignment()}
+
+
+@pytest.mark.timeout(180)
+def test_kafka_python_group_members_split_the_partitions_never_share_one_and_commit(
+    db_url: str, broker: str, engine: Any
+) -> None:
+    with oncelog.Producer(db_url) as producer:
+        for i in range(60):
+            producer.send(TOPIC, b"r%d" % i, partition=i % PARTITIONS)
+
+    def member() -> KafkaConsumer:
+        return KafkaConsumer(
+            TOPIC,
+            bootstrap_servers=broker,
+            group_id="billing",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            heartbeat_interval_ms=300,
+        )
+
+    first = member()
+    second: KafkaConsumer | None = None
+    seen: dict[bytes, int] = {}
+    try:
+        deadline = time.monotonic() + 60
+        while len(seen) < 60 and time.monotonic() < deadline:
+            for batch in first.poll(200).values():
+                for m in batch:
+                    seen[m.value] = seen.get(m.value, 0) + 1
+        assert _assigned(first) == {0, 1, 2}
+        first.commit()
+        second = member()
+        deadline = time.monotonic() + 60
+        split = False
+        while time.monotonic() < deadline and not split:
+            first.poll(100)
+            second.poll(100)
+            mine, theirs = _assigned(first), _assigned(second)
+            assert not mine & theirs, f"a partition owned twice: {mine} and {theirs}"
+            split = bool(mine) and bool(theirs) and mine | theirs == {0, 1, 2}
+        assert split, (_assigned(first), _assigned(second))
+        assert sorted(seen.values()) == [1] * 60, "each record read once"
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+    with engine.connect() as conn:
+        committed = groups.offset_fetch(conn, group_id="billing", partitions=[(TOPIC, p) for p in range(PARTITIONS)])
+    assert {tp: c.offset for tp, c in committed.items()} == {(TOPIC, p): 20 for p in range(PARTITIONS)}
+
+
+@pytest.mark.timeout(180)
+def test_librdkafka_group_reads_commits_and_a_restart_resumes(db_url: str, broker: str) -> None:
+    with oncelog.Producer(db_url) as producer:
+        for i in range(30):
+            producer.send(TOPIC, b"r%d" % i, partition=i % PARTITIONS)
+
+    def read(expected: int) -> list[bytes]:
+        consumer = ck.Consumer(
+            {
+                "bootstrap.servers": broker,
+                "group.id": "audit",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+        got: list[bytes] = []
+        try:
+            consumer.subscribe([TOPIC])
+            deadline = time.monotonic() + 30
+            while len(got) < expected and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is not None and message.error() is None:
+                    got.append(message.value() or b"")
+            assert consumer.poll(1.0) is None, "nothing more than expected"
+            consumer.commit(asynchronous=False)
+        finally:
+            consumer.close()
+        return got
+
+    assert sorted(read(30)) == sorted(b"r%d" % i for i in range(30))
+    with oncelog.Producer(db_url) as producer:
+        for i in range(30, 36):
+            producer.send(TOPIC, b"r%d" % i, partition=i % PARTITIONS)
+    # A new member of the group starts at the committed offsets: only the new records.
+    assert sorted(read(6)) == sorted(b"r%d" % i for i in range(30, 36))
+
+
+class _Member:
+    """One group member spoken by hand: JoinGroup, SyncGroup and Heartbeat on its own connection."""
+
+    def __init__(self, broker: str, group: str) -> None:
+        self.wire = _Wire(broker)
+        self.group = group
+        self.member_id = ""
+        self.generation = -1
+
+    def join(self) -> int:
+        subscription = ConsumerProtocolSubscription(version=0, topics=[TOPIC], user_data=b"").encode()
+        request = JoinGroupRequest(
+            version=5,
+            group_id=self.group,
+            session_timeout_ms=30_000,
+            rebalance_timeout_ms=30_000,
+            member_id=self.member_id,
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=bytes(subscription))],
+        )
+        answer = self.wire.call(request, JoinGroupResponse)
+        self.member_id, self.generation = answer.member_id, answer.generation_id
+        assert answer.leader != self.member_id, "every member follows: the store assigns"
+        return int(answer.error_code)
+
+    def sync(self) -> tuple[int, set[int]]:
+        request = SyncGroupRequest(
+            version=3,
+            group_id=self.group,
+            generation_id=self.generation,
+            member_id=self.member_id,
+            group_instance_id=None,
+            assignments=[],
+        )
+        answer = self.wire.call(request, SyncGroupResponse)
+        assigned = ConsumerProtocolAssignment.decode(bytes(answer.assignment)).partitions() if answer.assignment else []
+        return int(answer.error_code), {tp.partition for tp in assigned}
+
+    def heartbeat(self) -> int:
+        request = HeartbeatRequest(
+            version=3,
+            group_id=self.group,
+            generation_id=self.generation,
+            member_id=self.member_id,
+            group_instance_id=None,
+        )
+        return int(self.wire.call(request, HeartbeatResponse).error_code)
+
+
+@pytest.mark.timeout(60)
+def test_a_partition_passes_to_a_new_member_only_after_its_owner_rejoined(broker: str) -> None:
+    """The store hands a partition over only once its owner let go; an eager Kafka client lets go
+    by rejoining. So the newcomer gets nothing while the owner has not rejoined, however often
+    either heartbeats."""
+    a, b = _Member(broker, "g"), _Member(broker, "g")
+    try:
+        assert a.join() == 0
+        assert a.sync() == (0, {0, 1, 2})
+        assert b.join() == 0
+        assert b.sync() == (0, set())
+        for _ in range(3):
+            assert a.heartbeat() == 27  # REBALANCE_IN_PROGRESS: a must give some up
+            assert b.heartbeat() in (0, 27)
+            assert b.sync()[1] == set(), "nothing of a's reaches b before a rejoined"
+        assert a.join() == 0  # an eager client has revoked everything when it rejoins
+        code, kept = a.sync()
+        assert code == 0 and kept and kept < {0, 1, 2}
+        assert b.heartbeat() == 27  # partitions are free for b now: rejoin to take them
+        assert b.join() == 0
+        code, taken = b.sync()
+        assert code == 0 and taken == {0, 1, 2} - kept
+        assert (a.heartbeat(), b.heartbeat()) == (0, 0)
+    finally:
+        a.wire.close()
+        b.wire.close()
