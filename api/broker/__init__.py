@@ -7,7 +7,7 @@ request, so its rules (producer ids and epochs, sequences, read_committed, ACLs 
 broker's database role) hold for these clients too. What is served so far: docs/guide-broker.md.
 """
 
-from oncelog.broker.handlers import API_RANGES
+from oncelog.broker.common import API_RANGES
 from oncelog.broker.server import Broker, Listener, parse_listener
 
 __all__ = ["API_RANGES", "Broker", "Listener", "parse_listener"]

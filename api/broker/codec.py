@@ -44,7 +44,20 @@ from kafka.protocol.metadata import (
     MetadataRequest,
     MetadataResponse,
 )
-from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+)
 from kafka.record import MemoryRecords, MemoryRecordsBuilder
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.util import calc_crc32c
@@ -81,6 +94,10 @@ REQUEST_CLASSES: dict[int, tuple[Any, Any]] = {
         (LeaveGroupRequest, LeaveGroupResponse),
         (OffsetCommitRequest, OffsetCommitResponse),
         (OffsetFetchRequest, OffsetFetchResponse),
+        (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
+        (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
+        (EndTxnRequest, EndTxnResponse),
+        (TxnOffsetCommitRequest, TxnOffsetCommitResponse),
     )
 }
 

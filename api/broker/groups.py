@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 
 from oncelog import errors
-from oncelog.broker.handlers import NONE, Node, error_code
+from oncelog.broker.common import NONE, Node, commit_answer, committed_offsets, error_code
 from oncelog.store import groups, topics
 
 __all__ = ["GroupHandlers"]
@@ -66,7 +66,8 @@ class GroupHandlers:
 
     async def find_coordinator(self, request: Any, response_class: Any) -> Any:
         node = self._node
-        code = NONE if getattr(request, "key_type", _GROUP_COORDINATOR) == _GROUP_COORDINATOR else 42
+        # Groups (0) and transactions (1): the store coordinates both.
+        code = NONE if getattr(request, "key_type", _GROUP_COORDINATOR) in (0, 1) else 42
         # Every broker coordinates every group: the store is the coordinator, and any broker reaches it.
         return response_class(
             version=request.version,
@@ -190,11 +191,7 @@ class GroupHandlers:
     # --- offsets ---------------------------------------------------------------------------------------
 
     async def offset_commit(self, request: Any, response_class: Any) -> Any:
-        offsets = {
-            (t.name, p.partition_index): (p.committed_offset, p.committed_metadata or "")
-            for t in request.topics
-            for p in t.partitions
-        }
+        offsets = committed_offsets(request)
         member = request.member_id or None
         generation = request.generation_id_or_member_epoch
         try:
@@ -210,21 +207,7 @@ class GroupHandlers:
             code = NONE
         except errors.OncelogError as exc:
             code = error_code(exc)
-        topic_class = response_class.OffsetCommitResponseTopic
-        partition_class = topic_class.OffsetCommitResponsePartition
-        return response_class(
-            version=request.version,
-            throttle_time_ms=0,
-            topics=[
-                topic_class(
-                    name=t.name,
-                    partitions=[
-                        partition_class(partition_index=p.partition_index, error_code=code) for p in t.partitions
-                    ],
-                )
-                for t in request.topics
-            ],
-        )
+        return commit_answer(request, response_class, response_class.OffsetCommitResponseTopic, code)
 
     async def offset_fetch(self, request: Any, response_class: Any) -> Any:
         stable = bool(getattr(request, "require_stable", False))

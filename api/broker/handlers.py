@@ -14,7 +14,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -28,86 +27,23 @@ from oncelog.broker.codec import (
     fetched_batches,
     parse_produced,
 )
+from oncelog.broker.common import (
+    API_RANGES,
+    INVALID_REQUEST,
+    NONE,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    Node,
+    error_code,
+)
+from oncelog.broker.txns import TxnHandlers
 from oncelog.store import log, topics, txn
 from oncelog.store.records import MAX_BATCHES_PER_REQUEST, FetchedRecord, PartitionFetch, ProduceBatch
 
-__all__ = ["API_RANGES", "ERROR_CODES", "Handlers", "error_code"]
+__all__ = ["Handlers"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-#: The versions served of each API (key: min, max): dispatch and the ApiVersions answer both read
-#: this one table, so they cannot drift. Produce from 3 and Fetch from 4 are record batch v2
-#: (librdkafka turns v2 on only when both are offered, even to a pure producer); Produce 12 and
-#: later need KIP-890's transaction protocol, Fetch 13 and later topic ids.
-API_RANGES: dict[int, tuple[int, int]] = {
-    0: (3, 9),  # Produce
-    1: (4, 12),  # Fetch
-    2: (1, 7),  # ListOffsets
-    3: (0, 12),  # Metadata
-    8: (2, 8),  # OffsetCommit
-    9: (1, 7),  # OffsetFetch
-    10: (0, 3),  # FindCoordinator
-    11: (0, 5),  # JoinGroup
-    12: (0, 3),  # Heartbeat
-    13: (0, 1),  # LeaveGroup
-    14: (0, 3),  # SyncGroup
-    18: (0, 3),  # ApiVersions
-    22: (0, 4),  # InitProducerId
-}
-
-#: Store errors as the Kafka error codes of the same meaning (Kafka's Errors.java).
-ERROR_CODES: dict[type[errors.OncelogError], int] = {
-    errors.OffsetOutOfRangeError: 1,
-    errors.CorruptRecordError: 2,
-    errors.UnknownTopicOrPartitionError: 3,
-    errors.RequestTimeoutError: 7,
-    errors.RecordTooLargeError: 10,
-    errors.DatabaseUnavailableError: 13,  # NETWORK_EXCEPTION: retriable, outcome unknown
-    errors.RecordBatchTooLargeError: 18,
-    errors.TopicAuthorizationError: 29,
-    errors.InvalidTimestampError: 32,
-    errors.InvalidRequestError: 42,
-    errors.OutOfOrderSequenceError: 45,
-    errors.InvalidProducerEpochError: 47,
-    errors.InvalidProducerIdMappingError: 49,
-    errors.TransactionalIdAuthorizationError: 53,
-    errors.UnknownProducerIdError: 59,
-    errors.InvalidRecordError: 87,
-    errors.ProducerFencedError: 90,
-    errors.OffsetMetadataTooLargeError: 12,
-    errors.IllegalGenerationError: 22,
-    errors.UnassignedPartitionError: 22,  # a commit for a partition the member does not own: rejoin
-    errors.InvalidGroupIdError: 24,
-    errors.UnknownMemberIdError: 25,
-    errors.RebalanceInProgressError: 27,
-    errors.GroupAuthorizationError: 30,
-    errors.NonEmptyGroupError: 68,
-    errors.GroupIdNotFoundError: 69,
-    errors.FencedInstanceIdError: 82,
-    errors.UnstableOffsetCommitError: 88,
-}
-UNKNOWN_SERVER_ERROR, NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST = -1, 0, 3, 42
-
-
-def error_code(exc: BaseException) -> int:
-    """The Kafka error code of ``exc``: its class's, or its nearest base class's."""
-    for cls in type(exc).__mro__:
-        code = ERROR_CODES.get(cls)
-        if code is not None:
-            return code
-    return UNKNOWN_SERVER_ERROR
-
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    """This broker as clients must reach it (``--advertised-listener``)."""
-
-    node_id: int
-    host: str
-    port: int
-
 
 #: How long an empty Fetch waits between looks at the store (it answers at max_wait_ms at the latest).
 _FETCH_POLL_S = (0.005, 0.1)
@@ -128,6 +64,7 @@ class Handlers:
         self.node = node
         self._run = run
         self._cluster_id = cluster_id
+        self.transactions = TxnHandlers(engine, node, run)
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn(conn, *args, **kwargs)`` on a pooled autocommit connection (runs on a thread)."""
@@ -201,13 +138,14 @@ class Handlers:
                 producer_epoch=epoch,
             )
 
-        if request.transactional_id is not None:
-            # Transactions through the Kafka protocol are not served yet (docs/guide-broker.md).
-            return answer(INVALID_REQUEST)
         current = getattr(request, "producer_id", -1)
         epoch = getattr(request, "producer_epoch", -1)
         try:
-            if current is not None and current >= 0:
+            if request.transactional_id is not None:
+                ident = await self.transactions.init_producer_id(
+                    request.transactional_id, request.transaction_timeout_ms, current, epoch
+                )
+            elif current is not None and current >= 0:
                 ident = await self._run(self.call, log.init_producer_id, producer_id=current, epoch=epoch)
             else:
                 ident = await self._run(self.call, log.init_producer_id)
@@ -222,10 +160,6 @@ class Handlers:
         parsed: list[tuple[tuple[str, int], ProducedBatch]] = []
         for t in request.topic_data:
             for p in t.partition_data:
-                if request.transactional_id is not None:
-                    # Transactions through the Kafka protocol are not served yet (docs/guide-broker.md).
-                    codes[(t.name, p.index)] = INVALID_REQUEST
-                    continue
                 try:
                     for batch in parse_produced(p.records):
                         parsed.append(((t.name, p.index), batch))
@@ -233,8 +167,19 @@ class Handlers:
                     codes[(t.name, p.index)] = exc.code
                     logger.info("produce to %s-%s refused: %s", t.name, p.index, exc)
         offsets: dict[tuple[str, int], int] = {}
+        tid = request.transactional_id
+        number: int | None = None
+        if parsed and tid is not None:
+            first = parsed[0][1]
+            try:
+                pid = -1 if first.producer_id is None else first.producer_id
+                epoch = -1 if first.producer_epoch is None else first.producer_epoch
+                number = await self.transactions.number(tid, pid, epoch)
+            except errors.OncelogError as exc:
+                codes.update({tp: error_code(exc) for tp, _ in parsed})
+                parsed = []
         if parsed:
-            results = await self._run(self._append, parsed)
+            results = await self._run(self._append, parsed, tid, number)
             for tp, result in results:
                 if isinstance(result, BaseException):
                     codes.setdefault(tp, error_code(result))
@@ -244,9 +189,12 @@ class Handlers:
             return None
         return self._produce_response(request, response_class, codes, offsets)
 
-    def _append(self, parsed: list[tuple[tuple[str, int], ProducedBatch]]) -> list[tuple[tuple[str, int], Any]]:
+    def _append(
+        self, parsed: list[tuple[tuple[str, int], ProducedBatch]], transactional_id: str | None, number: int | None
+    ) -> list[tuple[tuple[str, int], Any]]:
         """Append the request's batches: those of one producer identity together, in requests of
-        at most MAX_BATCHES_PER_REQUEST. Each batch's answer is its base offset, or the error."""
+        at most MAX_BATCHES_PER_REQUEST (in transaction ``number`` of ``transactional_id``, if
+        given). Each batch's answer is its base offset, or the error."""
         out: list[tuple[tuple[str, int], Any]] = []
         groups: dict[tuple[int | None, int | None], list[tuple[tuple[str, int], ProducedBatch]]] = {}
         for tp, batch in parsed:
@@ -261,6 +209,8 @@ class Handlers:
                             batches=[ProduceBatch(t, p, b.base_sequence, b.records) for (t, p), b in chunk],
                             producer_id=producer_id,
                             producer_epoch=epoch,
+                            transactional_id=transactional_id,
+                            txn_number=number,
                         )
                     except errors.OncelogError as exc:
                         out += [(tp, exc) for tp, _ in chunk]

@@ -19,8 +19,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from oncelog.broker.codec import REQUEST_CLASSES, api_versions_refusal, decode_request, encode_response, peek
+from oncelog.broker.common import API_RANGES, Node
 from oncelog.broker.groups import GroupHandlers
-from oncelog.broker.handlers import API_RANGES, Handlers, Node
+from oncelog.broker.handlers import Handlers
 from oncelog.errors import ConfigurationError
 
 __all__ = ["Broker", "Listener", "parse_listener"]
@@ -96,7 +97,7 @@ class Broker:
         node = self._advertised or self.address
         self._handlers = Handlers(self._engine, Node(self._node_id, node.host, node.port), self._run)
         h = self._handlers
-        g = GroupHandlers(self._engine, h.node, self._run)
+        g, t = GroupHandlers(self._engine, h.node, self._run), h.transactions
         self._dispatch = {
             0: h.produce,
             1: h.fetch,
@@ -111,6 +112,10 @@ class Broker:
             14: g.sync_group,
             18: h.api_versions,
             22: h.init_producer_id,
+            24: t.add_partitions,
+            25: t.add_offsets,
+            26: t.end_txn,
+            28: t.txn_offset_commit,
         }
         if set(self._dispatch) != set(API_RANGES):
             raise RuntimeError("the dispatch table and API_RANGES name different APIs")

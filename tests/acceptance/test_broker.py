@@ -20,7 +20,8 @@ from typing import Any
 
 import confluent_kafka as ck
 import pytest
-from kafka import KafkaConsumer, KafkaProducer
+import sqlalchemy as sa
+from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata
 from kafka import TopicPartition as KTopicPartition
 from kafka.protocol.consumer import (
     HeartbeatRequest,
@@ -32,12 +33,20 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
-from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+from kafka.protocol.producer import (
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
 from kafka.record import MemoryRecordsBuilder
 
 import oncelog
 from oncelog.broker import API_RANGES, Broker, Listener
-from oncelog.store import create_engine, groups
+from oncelog.store import create_engine, groups, log
+from oncelog.store.records import FetchedRecord
 from tests.support.broker import broker_command
 from tests.support.logcheck import read_partition
 
@@ -63,6 +72,26 @@ def broker(db_url: str) -> Iterator[str]:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+        engine.dispose()
+
+
+def read_committed(db_url: str, topic: str, partition: int) -> list[FetchedRecord]:
+    """What a read_committed reader of oncelog's sees of ``topic``/``partition``, from offset 0 (a
+    log with transactions has markers and aborted records between its committed ones)."""
+    engine = create_engine(db_url, poolclass=sa.NullPool)
+    try:
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            out: list[FetchedRecord] = []
+            position = 0
+            while True:
+                seen = log.fetch_many(conn, {(topic, partition): position}, read_committed=True)[(topic, partition)]
+                out += seen.records
+                after = seen.records[-1].offset + 1 if seen.records else position
+                after = max(after, seen.read_limit or after)
+                if after == position:
+                    return out
+                position = after
+    finally:
         engine.dispose()
 
 
@@ -553,3 +582,175 @@ def test_a_partition_passes_to_a_new_member_only_after_its_owner_rejoined(broker
     finally:
         a.wire.close()
         b.wire.close()
+
+
+# --- transactions ------------------------------------------------------------------------------------
+
+
+def _kafka_python_transactions(broker: str, transactional_id: str, rounds: list[tuple[list[bytes], bool]]) -> None:
+    producer = KafkaProducer(bootstrap_servers=broker, transactional_id=transactional_id)
+    try:
+        producer.init_transactions()
+        for values, commit in rounds:
+            producer.begin_transaction()
+            for value in values:
+                producer.send(TOPIC, value, partition=0)
+            if commit:
+                producer.commit_transaction()
+            else:
+                producer.flush()
+                producer.abort_transaction()
+    finally:
+        producer.close(10)
+
+
+def _librdkafka_transactions(broker: str, transactional_id: str, rounds: list[tuple[list[bytes], bool]]) -> None:
+    producer = ck.Producer({"bootstrap.servers": broker, "transactional.id": transactional_id})
+    producer.init_transactions(30)
+    for values, commit in rounds:
+        producer.begin_transaction()
+        for value in values:
+            producer.produce(TOPIC, value, partition=0)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.flush(30)
+            producer.abort_transaction(30)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "client", [_kafka_python_transactions, _librdkafka_transactions], ids=["kafka-python", "librdkafka"]
+)
+def test_a_kafka_transactional_producer_commits_and_aborts(db_url: str, broker: str, client: Any) -> None:
+    rounds = [([b"c%d" % i for i in range(4)], True), ([b"a%d" % i for i in range(4)], False), ([b"d0"], True)]
+    client(broker, "tx-writer", rounds)
+    records = read_committed(db_url, TOPIC, 0)
+    assert [r.value for r in records] == [b"c0", b"c1", b"c2", b"c3", b"d0"]
+    # Each transaction's records under one producer id and epoch, with its own commit marker
+    # between them: offsets 0-3, marker 4, aborted 5-8, marker 9, then d0 at 10.
+    assert [r.offset for r in records] == [0, 1, 2, 3, 10]
+    got, position, end = _kafka_python_reads(broker, "read_committed")
+    assert got == [b"c0", b"c1", b"c2", b"c3", b"d0"] and position == end == 12
+
+
+@pytest.mark.timeout(120)
+def test_a_second_instance_fences_the_first_and_aborts_its_transaction(db_url: str, broker: str) -> None:
+    zombie = KafkaProducer(bootstrap_servers=broker, transactional_id="tx-fenced")
+    try:
+        zombie.init_transactions()
+        zombie.begin_transaction()
+        zombie.send(TOPIC, b"zombie", partition=0)
+        zombie.flush()
+        _kafka_python_transactions(broker, "tx-fenced", [([b"successor"], True)])
+        with pytest.raises(Exception, match=r"(?i)fenc|epoch"):
+            zombie.commit_transaction()
+    finally:
+        zombie.close(5)
+    assert [r.value for r in read_committed(db_url, TOPIC, 0)] == [b"successor"]
+
+
+@pytest.mark.timeout(180)
+def test_kafka_python_consume_transform_produce_commits_offsets_with_the_output(
+    db_url: str, broker: str, engine: Any
+) -> None:
+    with oncelog.Admin(db_url) as admin:
+        admin.create_topic("upper", partitions=1)
+    with oncelog.Producer(db_url) as producer:
+        for i in range(20):
+            producer.send(TOPIC, b"w%d" % i, partition=i % PARTITIONS)
+    consumer = KafkaConsumer(
+        TOPIC,
+        bootstrap_servers=broker,
+        group_id="copier",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+    )
+    producer = KafkaProducer(bootstrap_servers=broker, transactional_id="copier-0")
+    try:
+        producer.init_transactions()
+        copied = 0
+        deadline = time.monotonic() + 60
+        abort_once = True
+        while copied < 20 and time.monotonic() < deadline:
+            polled = consumer.poll(300)
+            if not polled:
+                continue
+            producer.begin_transaction()
+            offsets = {}
+            for tp, messages in polled.items():
+                for m in messages:
+                    producer.send("upper", m.value.upper(), partition=0)
+                offsets[tp] = OffsetAndMetadata(messages[-1].offset + 1, "", -1)
+            producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+            if abort_once:
+                # An aborted round: neither its output nor its offsets take effect; read it again.
+                producer.abort_transaction()
+                abort_once = False
+                for tp in polled:
+                    consumer.seek(tp, min(m.offset for m in polled[tp]))
+                continue
+            producer.commit_transaction()
+            copied += sum(len(ms) for ms in polled.values())
+    finally:
+        producer.close(10)
+        consumer.close()
+    assert sorted(r.value or b"" for r in read_committed(db_url, "upper", 0)) == sorted(b"W%d" % i for i in range(20))
+    with engine.connect() as conn:
+        committed = groups.offset_fetch(conn, group_id="copier", partitions=[(TOPIC, p) for p in range(PARTITIONS)])
+    assert sum(c.offset or 0 for c in committed.values()) == 20
+
+
+@pytest.mark.timeout(60)
+def test_a_resent_end_txn_is_answered_as_the_retry_it_is(db_url: str, broker: str) -> None:
+    wire = _Wire(broker)
+    try:
+        ident = wire.call(
+            InitProducerIdRequest(version=4, transactional_id="tx-wire", transaction_timeout_ms=60_000),
+            InitProducerIdResponse,
+        )
+        assert ident.error_code == 0
+        pid, epoch = ident.producer_id, ident.producer_epoch
+        builder = MemoryRecordsBuilder(
+            magic=2,
+            compression_type=0,
+            batch_size=1 << 20,
+            offset=0,
+            transactional=True,
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=0,
+        )
+        builder.append(int(time.time() * 1000), None, b"in-txn", [])
+        builder.close()
+        request = ProduceRequest(
+            version=9,
+            transactional_id="tx-wire",
+            acks=-1,
+            timeout_ms=10_000,
+            topic_data=[
+                ProduceRequest.TopicProduceData(
+                    name=TOPIC,
+                    partition_data=[
+                        ProduceRequest.TopicProduceData.PartitionProduceData(index=1, records=bytes(builder.buffer()))
+                    ],
+                )
+            ],
+        )
+        assert wire.call(request, ProduceResponse).responses[0].partition_responses[0].error_code == 0
+        end = EndTxnRequest(
+            version=3, transactional_id="tx-wire", producer_id=pid, producer_epoch=epoch, committed=True
+        )
+        assert wire.call(end, EndTxnResponse).error_code == 0
+        resent = EndTxnRequest(
+            version=3, transactional_id="tx-wire", producer_id=pid, producer_epoch=epoch, committed=True
+        )
+        assert wire.call(resent, EndTxnResponse).error_code == 0  # its first answer was lost: a retry
+        other = EndTxnRequest(
+            version=3, transactional_id="tx-wire", producer_id=pid, producer_epoch=epoch, committed=False
+        )
+        assert wire.call(other, EndTxnResponse).error_code == 0  # nothing written since: nothing to end
+    finally:
+        wire.close()
+    assert [r.value for r in read_committed(db_url, TOPIC, 1)] == [b"in-txn"]

@@ -1,0 +1,132 @@
+"""What the broker's parts share: the table of APIs served, Kafka's error codes for the store's
+errors, and this broker's address."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from oncelog import errors
+
+__all__ = [
+    "API_RANGES",
+    "ERROR_CODES",
+    "INVALID_REQUEST",
+    "NONE",
+    "UNKNOWN_TOPIC_OR_PARTITION",
+    "Node",
+    "commit_answer",
+    "committed_offsets",
+    "error_code",
+]
+
+#: The versions served of each API (key: min, max): dispatch and the ApiVersions answer both read
+#: this one table, so they cannot drift. Produce from 3 and Fetch from 4 are record batch v2
+#: (librdkafka turns v2 on only when both are offered, even to a pure producer); Produce 12 and
+#: later need KIP-890's transaction protocol, Fetch 13 and later topic ids.
+API_RANGES: dict[int, tuple[int, int]] = {
+    0: (3, 9),  # Produce
+    1: (4, 12),  # Fetch
+    2: (1, 7),  # ListOffsets
+    3: (0, 12),  # Metadata
+    8: (2, 8),  # OffsetCommit
+    9: (1, 7),  # OffsetFetch
+    10: (0, 3),  # FindCoordinator
+    11: (0, 5),  # JoinGroup
+    12: (0, 3),  # Heartbeat
+    13: (0, 1),  # LeaveGroup
+    14: (0, 3),  # SyncGroup
+    18: (0, 3),  # ApiVersions
+    22: (0, 4),  # InitProducerId
+    24: (0, 3),  # AddPartitionsToTxn (4 and later: the brokers' batched form, KIP-890)
+    25: (0, 3),  # AddOffsetsToTxn
+    26: (0, 4),  # EndTxn (5 and later: KIP-890's epoch bump per transaction)
+    28: (0, 3),  # TxnOffsetCommit
+}
+
+#: Store errors as the Kafka error codes of the same meaning (Kafka's Errors.java).
+ERROR_CODES: dict[type[errors.OncelogError], int] = {
+    errors.OffsetOutOfRangeError: 1,
+    errors.CorruptRecordError: 2,
+    errors.UnknownTopicOrPartitionError: 3,
+    errors.RequestTimeoutError: 7,
+    errors.RecordTooLargeError: 10,
+    errors.DatabaseUnavailableError: 13,  # NETWORK_EXCEPTION: retriable, outcome unknown
+    errors.RecordBatchTooLargeError: 18,
+    errors.TopicAuthorizationError: 29,
+    errors.InvalidTimestampError: 32,
+    errors.InvalidRequestError: 42,
+    errors.OutOfOrderSequenceError: 45,
+    errors.InvalidProducerEpochError: 47,
+    errors.InvalidProducerIdMappingError: 49,
+    errors.TransactionalIdAuthorizationError: 53,
+    errors.UnknownProducerIdError: 59,
+    errors.InvalidRecordError: 87,
+    errors.ProducerFencedError: 90,
+    errors.OffsetMetadataTooLargeError: 12,
+    errors.IllegalGenerationError: 22,
+    errors.UnassignedPartitionError: 22,  # a commit for a partition the member does not own: rejoin
+    errors.InvalidGroupIdError: 24,
+    errors.UnknownMemberIdError: 25,
+    errors.RebalanceInProgressError: 27,
+    errors.GroupAuthorizationError: 30,
+    errors.NonEmptyGroupError: 68,
+    errors.GroupIdNotFoundError: 69,
+    errors.FencedInstanceIdError: 82,
+    errors.UnstableOffsetCommitError: 88,
+    errors.InvalidTxnStateError: 48,
+    errors.TransactionalIdNotFoundError: 49,  # INVALID_PRODUCER_ID_MAPPING, as Kafka answers an unknown id
+    errors.InvalidTransactionTimeoutError: 50,
+    errors.ConcurrentTransactionsError: 51,
+    # The store aborted the transaction (its timeout) and bumped the epoch: abortable, and the
+    # client's KIP-360 bump recovers, as after Kafka's coordinator-side timeout (KIP-588).
+    errors.TransactionTimeoutError: 47,
+    errors.TransactionAbortableError: 47,
+}
+UNKNOWN_SERVER_ERROR, NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST = -1, 0, 3, 42
+
+
+def error_code(exc: BaseException) -> int:
+    """The Kafka error code of ``exc``: its class's, or its nearest base class's."""
+    for cls in type(exc).__mro__:
+        code = ERROR_CODES.get(cls)
+        if code is not None:
+            return code
+    return UNKNOWN_SERVER_ERROR
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """This broker as clients must reach it (``--advertised-listener``)."""
+
+    node_id: int
+    host: str
+    port: int
+
+
+def committed_offsets(request: Any) -> dict[tuple[str, int], tuple[int, str]]:
+    """An OffsetCommit's or TxnOffsetCommit's offsets: (topic, partition) -> (offset, metadata)."""
+    return {
+        (t.name, p.partition_index): (p.committed_offset, p.committed_metadata or "")
+        for t in request.topics
+        for p in t.partitions
+    }
+
+
+def commit_answer(request: Any, response_class: Any, topic_class: Any, code: int) -> Any:
+    """The answer to an OffsetCommit or TxnOffsetCommit whose offsets all got ``code`` (the
+    store commits them together or not at all)."""
+    partition_class = next(
+        getattr(topic_class, name) for name in dir(topic_class) if name.endswith("ResponsePartition")
+    )
+    return response_class(
+        version=request.version,
+        throttle_time_ms=0,
+        topics=[
+            topic_class(
+                name=t.name,
+                partitions=[partition_class(partition_index=p.partition_index, error_code=code) for p in t.partitions],
+            )
+            for t in request.topics
+        ],
+    )

@@ -1,0 +1,214 @@
+"""Kafka's transaction APIs over the store's transactions.
+
+A Kafka client names a transaction by its transactional id, producer id and epoch only; the
+store numbers each transaction of a transactional id (``txn_number``), so that a retry of
+transaction N is told from transaction N+1. The broker supplies the number: the one after the
+last at InitProducerId, the same until EndTxn, the next after it. A transactional id this broker
+has not seen (the client came through another broker, or this one restarted) takes its number
+from the store: the open transaction's, or the one after the last.
+
+An EndTxn resent after its answer was lost arrives when the next transaction has not started: it
+is sent to the store again for the transaction it ended, and the store answers it as a retry.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from oncelog import errors
+from oncelog.broker.common import NONE, Node, commit_answer, committed_offsets, error_code
+from oncelog.store import groups, txn
+
+__all__ = ["TxnHandlers"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Slot:
+    """What the broker knows of a transactional id: its producer, the transaction number in use
+    (``started``: the store has seen it) and the last one it ended."""
+
+    producer_id: int
+    epoch: int
+    number: int
+    started: bool = False
+    ended: tuple[int, bool] | None = None  # (number, committed)
+
+
+class TxnHandlers:
+    """InitProducerId for a transactional id, AddPartitionsToTxn, AddOffsetsToTxn,
+    TxnOffsetCommit and EndTxn; and the transaction number a transactional Produce writes in."""
+
+    def __init__(self, engine: sa.Engine, node: Node, run: Callable[..., Any]) -> None:
+        self._engine = engine
+        self._node = node
+        self._run = run
+        # Read and written on the event loop only: no lock.
+        self._slots: dict[str, _Slot] = {}
+
+    def _call(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
+        with self._engine.connect() as conn:
+            return fn(conn, **kwargs)
+
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int, producer_id: int, epoch: int) -> Any:
+        """InitProducerId with a transactional id (a KIP-360 bump with the current id and epoch)."""
+        ident = await self._run(
+            self._call,
+            txn.init_producer_id,
+            transactional_id=transactional_id,
+            transaction_timeout_ms=timeout_ms,
+            producer_id=producer_id if producer_id >= 0 else None,
+            epoch=epoch if producer_id >= 0 else None,
+        )
+        self._slots[transactional_id] = _Slot(ident.producer_id, ident.epoch, ident.txn_number + 1)
+        return ident
+
+    async def number(self, transactional_id: str, producer_id: int, epoch: int) -> int:
+        """The transaction number a request of this producer writes in (the store checks the
+        producer id and epoch against its own; this only picks the number)."""
+        slot = await self._slot(transactional_id, producer_id, epoch)
+        slot.started = True
+        return slot.number
+
+    async def _slot(self, transactional_id: str, producer_id: int, epoch: int) -> _Slot:
+        slot = self._slots.get(transactional_id)
+        if slot is not None and (slot.producer_id, slot.epoch) == (producer_id, epoch):
+            return slot
+        # Not ours, or another instance since: the store's row says where the id stands.
+        status = await self._current(transactional_id, producer_id, epoch)
+        ongoing = status.state == "Ongoing"
+        slot = _Slot(producer_id, epoch, status.txn_number if ongoing else status.txn_number + 1, started=ongoing)
+        self._slots[transactional_id] = slot
+        return slot
+
+    async def _current(self, transactional_id: str, producer_id: int, epoch: int) -> txn.TransactionStatus:
+        """The store's row of ``transactional_id``, when this producer id and epoch are its
+        current ones; otherwise the error Kafka's coordinator answers (a fenced instance, an id
+        that is not this transactional id's)."""
+        status: txn.TransactionStatus = await self._run(
+            self._call, txn.describe_transaction, transactional_id=transactional_id
+        )
+        if status.producer_id != producer_id:
+            raise errors.InvalidProducerIdMappingError(
+                f"producer id {producer_id} is not transactional id {transactional_id!r}'s"
+            )
+        if status.producer_epoch > epoch:
+            raise errors.ProducerFencedError(f"epoch {epoch} was fenced by epoch {status.producer_epoch}")
+        if status.producer_epoch < epoch:
+            raise errors.InvalidProducerEpochError(f"epoch {epoch} was never issued")
+        return status
+
+    async def add_partitions(self, request: Any, response_class: Any) -> Any:
+        tid, pid, epoch = (
+            request.v3_and_below_transactional_id,
+            request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch,
+        )
+        pairs = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
+        try:
+            number = await self.number(tid, pid, epoch)
+            await self._run(
+                self._call,
+                txn.add_partitions_to_txn,
+                transactional_id=tid,
+                producer_id=pid,
+                epoch=epoch,
+                txn_number=number,
+                partitions=pairs,
+            )
+            code = NONE
+        except errors.OncelogError as exc:
+            code = error_code(exc)
+        topic_class = response_class.AddPartitionsToTxnTopicResult
+        partition_class = topic_class.AddPartitionsToTxnPartitionResult
+        return response_class(
+            version=request.version,
+            throttle_time_ms=0,
+            results_by_topic_v3_and_below=[
+                topic_class(
+                    name=t.name,
+                    results_by_partition=[
+                        partition_class(partition_index=p, partition_error_code=code) for p in t.partitions
+                    ],
+                )
+                for t in request.v3_and_below_topics
+            ],
+        )
+
+    async def add_offsets(self, request: Any, response_class: Any) -> Any:
+        # The offsets join the transaction with TxnOffsetCommit, which the store checks then.
+        try:
+            await self.number(request.transactional_id, request.producer_id, request.producer_epoch)
+            code = NONE
+        except errors.OncelogError as exc:
+            code = error_code(exc)
+        return response_class(version=request.version, throttle_time_ms=0, error_code=code)
+
+    async def txn_offset_commit(self, request: Any, response_class: Any) -> Any:
+        offsets = committed_offsets(request)
+        try:
+            number = await self.number(request.transactional_id, request.producer_id, request.producer_epoch)
+            await self._run(
+                self._call,
+                groups.txn_offset_commit,
+                transactional_id=request.transactional_id,
+                producer_id=request.producer_id,
+                epoch=request.producer_epoch,
+                txn_number=number,
+                group_id=request.group_id,
+                member_id=getattr(request, "member_id", "") or "",
+                group_instance_id=getattr(request, "group_instance_id", None),
+                generation=getattr(request, "generation_id", -1),
+                offsets=offsets,
+            )
+            code = NONE
+        except errors.OncelogError as exc:
+            code = error_code(exc)
+        return commit_answer(request, response_class, response_class.TxnOffsetCommitResponseTopic, code)
+
+    async def end_txn(self, request: Any, response_class: Any) -> Any:
+        def answer(code: int) -> Any:
+            return response_class(version=request.version, throttle_time_ms=0, error_code=code)
+
+        tid, pid, epoch, commit = (
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            request.committed,
+        )
+        try:
+            slot = await self._slot(tid, pid, epoch)
+            if not slot.started:
+                # No write of this transaction reached the store through this broker: the answer
+                # is the store's still (this producer may have been fenced meanwhile elsewhere).
+                await self._current(tid, pid, epoch)
+        except errors.OncelogError as exc:
+            return answer(error_code(exc))
+        if not slot.started:
+            if slot.ended is not None and slot.ended[1] == commit:
+                number = slot.ended[0]  # a resent EndTxn: the store answers it as the retry it is
+            else:
+                return answer(NONE)  # nothing was written in this transaction: nothing to end
+        else:
+            number = slot.number
+        try:
+            await self._run(
+                self._call,
+                txn.end_txn,
+                transactional_id=tid,
+                producer_id=pid,
+                epoch=epoch,
+                txn_number=number,
+                commit=commit,
+            )
+        except errors.OncelogError as exc:
+            return answer(error_code(exc))
+        if number == slot.number:
+            slot.ended, slot.number, slot.started = (number, commit), number + 1, False
+        return answer(NONE)
