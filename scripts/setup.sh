@@ -57,6 +57,8 @@ compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/
 command -v java >/dev/null || missing+=(default-jre-headless)
 [ -f /usr/share/java/postgresql.jar ] || missing+=(libpostgresql-jdbc-java)
 "$PYTHON" -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+# kcat (librdkafka's command-line client): the broker's tests use it as a Kafka user would.
+[ "$profile" = dev ] && ! command -v kcat >/dev/null && missing+=(kcat)
 if [ ${#missing[@]} -gt 0 ]; then
   apt_install "${missing[@]}"
 fi

@@ -1,7 +1,7 @@
 """``oncelog broker``: Kafka's own clients against the store, end to end.
 
-The clients are the real ones from PyPI: kafka-python (pure Python) and confluent-kafka
-(librdkafka). What they write is read back through oncelog's own API, and what oncelog writes
+The clients are the real ones: kafka-python (pure Python), confluent-kafka (librdkafka) and
+aiokafka from PyPI, kcat from Debian. What they write is read back through oncelog's own API, and what oncelog writes
 (transactions committed and aborted) is read by them; the store's rules answer both. The broker
 runs in this process on a thread of its own; the CLI test runs it as a user does.
 """
@@ -12,6 +12,7 @@ import asyncio
 import signal
 import socket
 import struct
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +22,9 @@ from typing import Any
 import confluent_kafka as ck
 import pytest
 import sqlalchemy as sa
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaError as AIOKafkaError
+from aiokafka.structs import TopicPartition as AIOTopicPartition
 from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata
 from kafka import TopicPartition as KTopicPartition
 from kafka.protocol.consumer import (
@@ -754,3 +758,83 @@ def test_a_resent_end_txn_is_answered_as_the_retry_it_is(db_url: str, broker: st
     finally:
         wire.close()
     assert [r.value for r in read_committed(db_url, TOPIC, 1)] == [b"in-txn"]
+
+
+# --- aiokafka and kcat -------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_aiokafka_producers_and_group_consumer(db_url: str, broker: str) -> None:
+    """aiokafka speaks only non-flexible versions (and v0 of the transaction APIs)."""
+
+    async def scenario() -> tuple[list[bytes | None], AIOKafkaError | None]:
+        producer = AIOKafkaProducer(bootstrap_servers=broker, enable_idempotence=True)
+        await producer.start()
+        try:
+            for i in range(10):
+                await producer.send_and_wait(TOPIC, b"i%d" % i, key=b"same-key")
+        finally:
+            await producer.stop()
+        transactional = AIOKafkaProducer(bootstrap_servers=broker, transactional_id="aio-tx")
+        await transactional.start()
+        try:
+            async with transactional.transaction():
+                await transactional.send(TOPIC, b"in-a-transaction", key=b"same-key")
+        finally:
+            await transactional.stop()
+        consumer = AIOKafkaConsumer(
+            TOPIC,
+            bootstrap_servers=broker,
+            group_id="aio-readers",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+        )
+        await consumer.start()
+        got: list[Any] = []
+        refused: AIOKafkaError | None = None
+        try:
+            deadline = time.monotonic() + 30
+            while len(got) < 11 and time.monotonic() < deadline:
+                for messages in (await consumer.getmany(timeout_ms=500)).values():
+                    got += messages
+            await consumer.commit()
+            # TxnOffsetCommit v0 carries no member id: the store cannot check the member owns
+            # the partitions (KIP-447), so it refuses (docs/deviations.md).
+            offsets = {AIOTopicPartition(TOPIC, got[-1].partition): got[-1].offset + 1}
+            with_offsets = AIOKafkaProducer(bootstrap_servers=broker, transactional_id="aio-tx-offsets")
+            await with_offsets.start()
+            try:
+                await with_offsets.begin_transaction()
+                await with_offsets.send_offsets_to_transaction(offsets, "aio-readers")
+                await with_offsets.commit_transaction()
+            except AIOKafkaError as exc:
+                refused = exc
+            finally:
+                await with_offsets.stop()
+        finally:
+            await consumer.stop()
+        return [m.value for m in got], refused
+
+    values, refused = asyncio.run(scenario())
+    assert values == [b"i%d" % i for i in range(10)] + [b"in-a-transaction"]  # one key: one partition
+    assert refused is not None and type(refused.__cause__).__name__ == "UnknownMemberIdError", repr(refused)
+
+
+def _kcat(broker: str, *args: str, stdin: str | None = None) -> str:
+    """Run kcat against ``broker``; its stdout (AssertionError with its stderr if it fails)."""
+    done = subprocess.run(
+        ["kcat", "-b", broker, *args], input=stdin, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.timeout(120)
+def test_kcat_produces_lists_and_reads_committed(db_url: str, broker: str) -> None:
+    committed = _write_transactions(db_url)
+    _kcat(broker, "-P", "-t", TOPIC, "-p", "1", stdin="k1\nk2\n")
+    assert f'topic "{TOPIC}" with {PARTITIONS} partitions' in _kcat(broker, "-L", "-t", TOPIC)
+    read = _kcat(broker, "-C", "-t", TOPIC, "-p", "0", "-e", "-q", "-X", "isolation.level=read_committed")
+    assert read.split() == [v.decode() for v in committed]
+    assert [r.value for r in read_partition(db_url, TOPIC, 1)] == [b"k1", b"k2"]
