@@ -17,6 +17,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from kafka.protocol.admin import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+)
 from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.consumer import (
     FetchRequest,
@@ -98,6 +106,9 @@ REQUEST_CLASSES: dict[int, tuple[Any, Any]] = {
         (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
         (EndTxnRequest, EndTxnResponse),
         (TxnOffsetCommitRequest, TxnOffsetCommitResponse),
+        (CreateTopicsRequest, CreateTopicsResponse),
+        (DeleteTopicsRequest, DeleteTopicsResponse),
+        (DescribeConfigsRequest, DescribeConfigsResponse),
     )
 }
 

@@ -37,11 +37,14 @@ API_RANGES: dict[int, tuple[int, int]] = {
     13: (0, 1),  # LeaveGroup
     14: (0, 3),  # SyncGroup
     18: (0, 3),  # ApiVersions
+    19: (0, 5),  # CreateTopics (6 and later: topic ids)
+    20: (0, 5),  # DeleteTopics (6 and later: topic ids)
     22: (0, 4),  # InitProducerId
     24: (0, 3),  # AddPartitionsToTxn (4 and later: the brokers' batched form, KIP-890)
     25: (0, 3),  # AddOffsetsToTxn
     26: (0, 4),  # EndTxn (5 and later: KIP-890's epoch bump per transaction)
     28: (0, 3),  # TxnOffsetCommit
+    32: (0, 4),  # DescribeConfigs
 }
 
 #: Store errors as the Kafka error codes of the same meaning (Kafka's Errors.java).
@@ -74,6 +77,9 @@ ERROR_CODES: dict[type[errors.OncelogError], int] = {
     errors.GroupIdNotFoundError: 69,
     errors.FencedInstanceIdError: 82,
     errors.UnstableOffsetCommitError: 88,
+    errors.InvalidTopicError: 17,
+    errors.TopicAlreadyExistsError: 36,
+    errors.InvalidPartitionsError: 37,
     errors.InvalidTxnStateError: 48,
     errors.TransactionalIdNotFoundError: 49,  # INVALID_PRODUCER_ID_MAPPING, as Kafka answers an unknown id
     errors.InvalidTransactionTimeoutError: 50,

@@ -59,11 +59,20 @@ class Handlers:
     response, for acks=0 produce). ``run(fn, *args)`` runs ``fn(conn, *args)`` on a connection of
     the broker's engine, off the event loop."""
 
-    def __init__(self, engine: sa.Engine, node: Node, run: Callable[..., Any], *, cluster_id: str = "oncelog") -> None:
+    def __init__(
+        self,
+        engine: sa.Engine,
+        node: Node,
+        run: Callable[..., Any],
+        *,
+        cluster_id: str = "oncelog",
+        auto_create_partitions: int | None = None,
+    ) -> None:
         self._engine = engine
         self.node = node
         self._run = run
         self._cluster_id = cluster_id
+        self._auto_create = auto_create_partitions
         self.transactions = TxnHandlers(engine, node, run)
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -86,6 +95,16 @@ class Handlers:
         known: dict[str, int] = await self._run(self.call, topics.list_topics)
         wanted = request.topics
         names = sorted(known) if wanted is None or (request.version == 0 and not wanted) else [t.name for t in wanted]
+        missing = [name for name in names if name not in known]
+        if missing and self._auto_create is not None and getattr(request, "allow_auto_topic_creation", True):
+            for name in missing:
+                try:
+                    await self._run(self.call, topics.create_topic, name=name, partitions=self._auto_create)
+                except errors.TopicAlreadyExistsError:
+                    pass  # another client's request created it meanwhile
+                except errors.OncelogError as exc:  # not allowed, or not a valid name: unknown, as before
+                    logger.info("auto-creating topic %r failed: %s", name, exc)
+            known = await self._run(self.call, topics.list_topics)
         node = self.node
         topic_class = response_class.MetadataResponseTopic
         partition_class = topic_class.MetadataResponsePartition

@@ -18,6 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from oncelog.broker.admin import AdminHandlers
 from oncelog.broker.codec import REQUEST_CLASSES, api_versions_refusal, decode_request, encode_response, peek
 from oncelog.broker.common import API_RANGES, Node
 from oncelog.broker.groups import GroupHandlers
@@ -58,8 +59,10 @@ class Broker:
     """Serves the Kafka protocol on ``listen`` over the store behind ``engine``.
 
     ``advertised``: the address clients are told to connect to (Metadata); by default the
-    listening one (with port 0, the port the system chose). Use as ``async with``, or
-    :meth:`start` and :meth:`close`.
+    listening one (with port 0, the port the system chose). ``auto_create_partitions``: a
+    Metadata request for an unknown topic that allows it creates the topic with this many
+    partitions (Kafka's auto.create.topics.enable and num.partitions); None (the default): never.
+    Use as ``async with``, or :meth:`start` and :meth:`close`.
     """
 
     def __init__(
@@ -70,6 +73,7 @@ class Broker:
         advertised: Listener | None = None,
         node_id: int = 1,
         threads: int = 8,
+        auto_create_partitions: int | None = None,
     ) -> None:
         # Autocommit: each store call is its own database transaction, as the store's functions
         # are written to be called.
@@ -77,6 +81,7 @@ class Broker:
         self._listen = listen
         self._advertised = advertised
         self._node_id = node_id
+        self._auto_create = auto_create_partitions
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="oncelog-broker-store")
         self._server: asyncio.Server | None = None
         self._handlers: Handlers | None = None
@@ -95,9 +100,12 @@ class Broker:
         """Bind and start accepting connections."""
         self._server = await asyncio.start_server(self._serve, self._listen.host, self._listen.port)
         node = self._advertised or self.address
-        self._handlers = Handlers(self._engine, Node(self._node_id, node.host, node.port), self._run)
+        self._handlers = Handlers(
+            self._engine, Node(self._node_id, node.host, node.port), self._run, auto_create_partitions=self._auto_create
+        )
         h = self._handlers
         g, t = GroupHandlers(self._engine, h.node, self._run), h.transactions
+        a = AdminHandlers(self._engine, self._run)
         self._dispatch = {
             0: h.produce,
             1: h.fetch,
@@ -111,11 +119,14 @@ class Broker:
             13: g.leave_group,
             14: g.sync_group,
             18: h.api_versions,
+            19: a.create_topics,
+            20: a.delete_topics,
             22: h.init_producer_id,
             24: t.add_partitions,
             25: t.add_offsets,
             26: t.end_txn,
             28: t.txn_offset_commit,
+            32: a.describe_configs,
         }
         if set(self._dispatch) != set(API_RANGES):
             raise RuntimeError("the dispatch table and API_RANGES name different APIs")

@@ -27,8 +27,19 @@ _REQUEST_TIMEOUT_MS = 30_000
     help="HOST:PORT clients are told to connect to (Metadata); by default the --listen address.",
 )
 @click.option("--node-id", default=1, show_default=True, help="This broker's node id in Metadata.")
+@click.option(
+    "--auto-create-topics",
+    "auto_create",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="PARTITIONS",
+    help="Create a topic a client asks Metadata for and that does not exist, with this many partitions "
+    "(Kafka's auto.create.topics.enable); needs the admin role. Off by default.",
+)
 @click.pass_obj
-def broker(obj: CliContext, listen: str, advertised_listener: str | None, node_id: int) -> None:
+def broker(
+    obj: CliContext, listen: str, advertised_listener: str | None, node_id: int, auto_create: int | None
+) -> None:
     """Serve the Kafka protocol on --listen: Kafka's clients write and read the store's log.
     Stops on SIGINT/SIGTERM."""
     try:
@@ -41,7 +52,8 @@ def broker(obj: CliContext, listen: str, advertised_listener: str | None, node_i
         obj.url(), schema=obj.schema, timeouts=Timeouts.for_request(_REQUEST_TIMEOUT_MS), pool_size=8, max_overflow=8
     )
     try:
-        asyncio.run(_serve(Broker(engine, where, advertised=advertised, node_id=node_id)))
+        server = Broker(engine, where, advertised=advertised, node_id=node_id, auto_create_partitions=auto_create)
+        asyncio.run(_serve(server))
     finally:
         engine.dispose()
 

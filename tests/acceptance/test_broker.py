@@ -25,8 +25,11 @@ import sqlalchemy as sa
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError as AIOKafkaError
 from aiokafka.structs import TopicPartition as AIOTopicPartition
-from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic as CKNewTopic
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, OffsetAndMetadata
 from kafka import TopicPartition as KTopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.protocol.consumer import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -53,6 +56,7 @@ from oncelog.store import create_engine, groups, log
 from oncelog.store.records import FetchedRecord
 from tests.support.broker import broker_command
 from tests.support.logcheck import read_partition
+from tests.support.roles import login_roles
 
 TOPIC = "orders"
 PARTITIONS = 3
@@ -838,3 +842,94 @@ def test_kcat_produces_lists_and_reads_committed(db_url: str, broker: str) -> No
     read = _kcat(broker, "-C", "-t", TOPIC, "-p", "0", "-e", "-q", "-X", "isolation.level=read_committed")
     assert read.split() == [v.decode() for v in committed]
     assert [r.value for r in read_partition(db_url, TOPIC, 1)] == [b"k1", b"k2"]
+
+
+# --- topic admin -------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_kafka_python_admin_creates_describes_and_deletes_topics(db_url: str, broker: str) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=broker)
+    try:
+        admin.create_topics(
+            [NewTopic("audit", num_partitions=2, replication_factor=1, topic_configs={"retention.ms": "3600000"})]
+        )
+        with oncelog.Admin(db_url) as ours:
+            described = ours.describe_topic("audit")
+            assert len(described.partitions) == 2 and described.config["retention_ms"] == 3_600_000
+        configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "audit")])
+        entries = next(iter(next(iter(configs.values())).values()))  # {type: {name: {key: data}}}
+        assert entries["retention.ms"]["value"] == "3600000"
+        assert entries["max.message.bytes"]["value"] == "1048588"  # the store's default, as Kafka's
+        with pytest.raises(Exception, match=r"(?i)already"):
+            admin.create_topics([NewTopic("audit", num_partitions=1, replication_factor=1)])
+        with pytest.raises(Exception, match=r"(?i)config"):
+            admin.create_topics(
+                [
+                    NewTopic(
+                        "compacted", num_partitions=1, replication_factor=1, topic_configs={"cleanup.policy": "compact"}
+                    )
+                ]
+            )
+        admin.delete_topics(["audit"])
+    finally:
+        admin.close()
+    with oncelog.Admin(db_url) as ours:
+        assert "audit" not in ours.list_topics() and "compacted" not in ours.list_topics()
+
+
+@pytest.mark.timeout(120)
+def test_librdkafka_admin_and_auto_created_topics(db_url: str) -> None:
+    """confluent-kafka's AdminClient; and a broker started with --auto-create-topics creates a topic
+    a producer names, which a broker without it answers UNKNOWN_TOPIC_OR_PARTITION (another test)."""
+    engine = create_engine(db_url, pool_size=4)
+    loop = asyncio.new_event_loop()
+    server = Broker(engine, Listener("127.0.0.1", 0), auto_create_partitions=3)
+    loop.run_until_complete(server.start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        address = f"127.0.0.1:{server.address.port}"
+        admin = AdminClient({"bootstrap.servers": address})
+        for future in admin.create_topics([CKNewTopic("made", 4, 1)]).values():
+            future.result(30)
+        producer = ck.Producer({"bootstrap.servers": address})
+        producer.produce("on-the-fly", b"first")
+        assert producer.flush(30) == 0
+        for future in admin.delete_topics(["made"]).values():
+            future.result(30)
+    finally:
+        asyncio.run_coroutine_threadsafe(server.close(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+        engine.dispose()
+    with oncelog.Admin(db_url) as ours:
+        topics_now = ours.list_topics()
+    assert topics_now.get("on-the-fly") == 3 and "made" not in topics_now
+
+
+@pytest.mark.timeout(120)
+def test_a_client_role_broker_cannot_create_topics(db_url: str, engine: Any) -> None:
+    with login_roles(engine, db_url, ("client",)) as urls:
+        client_engine = create_engine(urls["client"], pool_size=2)
+        loop = asyncio.new_event_loop()
+        server = Broker(client_engine, Listener("127.0.0.1", 0), auto_create_partitions=1)
+        loop.run_until_complete(server.start())
+        thread = threading.Thread(target=loop.run_forever, daemon=True)
+        thread.start()
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{server.address.port}")
+            try:
+                with pytest.raises(Exception, match=r"(?i)authoriz"):
+                    admin.create_topics([NewTopic("forbidden", num_partitions=1, replication_factor=1)])
+            finally:
+                admin.close()
+        finally:
+            asyncio.run_coroutine_threadsafe(server.close(), loop).result(30)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+            loop.close()
+            client_engine.dispose()
+    with oncelog.Admin(db_url) as ours:
+        assert "forbidden" not in ours.list_topics()

@@ -1,0 +1,149 @@
+"""Kafka's topic admin APIs over the store: CreateTopics, DeleteTopics, DescribeConfigs.
+
+Topics are the store's (``create_topic_v1`` and the others, which only the admin role may call):
+a broker whose database role is a client's answers them with an authorization error. A topic's
+configuration is the store's four settings under Kafka's names; any other name is refused, so a
+setting a client asks for is never silently dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import sqlalchemy as sa
+
+from oncelog import errors
+from oncelog.broker.common import NONE, error_code
+from oncelog.store import topics
+
+__all__ = ["KAFKA_TOPIC_CONFIGS", "AdminHandlers"]
+
+#: Kafka's topic config names and the store's (topics.TOPIC_CONFIG_KEYS).
+KAFKA_TOPIC_CONFIGS = {
+    "max.message.bytes": "max_message_bytes",
+    "retention.ms": "retention_ms",
+    "retention.bytes": "retention_bytes",
+    "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
+}
+#: Kafka's INVALID_REPLICATION_FACTOR, INVALID_CONFIG and CLUSTER_AUTHORIZATION_FAILED.
+INVALID_REPLICATION_FACTOR, INVALID_CONFIG, CLUSTER_AUTHORIZATION_FAILED = 38, 40, 31
+#: DescribeConfigs resource types: a topic, a broker.
+_TOPIC, _BROKER = 2, 4
+#: DescribeConfigs config sources: set on the topic, a default.
+_TOPIC_CONFIG, _DEFAULT_CONFIG = 1, 5
+
+
+def _code(exc: errors.OncelogError) -> int:
+    if isinstance(exc, errors.AuthorizationError) and not isinstance(exc, errors.TopicAuthorizationError):
+        return CLUSTER_AUTHORIZATION_FAILED  # the admin role is Kafka's cluster permission
+    return error_code(exc)
+
+
+class AdminHandlers:
+    """CreateTopics, DeleteTopics and DescribeConfigs."""
+
+    def __init__(self, engine: sa.Engine, run: Callable[..., Any]) -> None:
+        self._engine = engine
+        self._run = run
+
+    def _call(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
+        with self._engine.connect() as conn:
+            return fn(conn, **kwargs)
+
+    async def create_topics(self, request: Any, response_class: Any) -> Any:
+        results = []
+        for topic in request.topics:
+            code, message = await self._create(topic, bool(getattr(request, "validate_only", False)))
+            results.append(
+                response_class.CreatableTopicResult(
+                    name=topic.name,
+                    error_code=code,
+                    error_message=message,
+                    num_partitions=topic.num_partitions if topic.num_partitions > 0 else 1,
+                    replication_factor=1,
+                    configs=[],
+                )
+            )
+        return response_class(version=request.version, throttle_time_ms=0, topics=results)
+
+    async def _create(self, topic: Any, validate_only: bool) -> tuple[int, str | None]:
+        if topic.replication_factor not in (-1, 1) or topic.assignments:
+            return INVALID_REPLICATION_FACTOR, "one replica: PostgreSQL's replication keeps the copies"
+        config: dict[str, int | None] = {}
+        for entry in topic.configs:
+            key = KAFKA_TOPIC_CONFIGS.get(entry.name)
+            if key is None:
+                return (
+                    INVALID_CONFIG,
+                    f"topic config {entry.name!r} is not served (served: {sorted(KAFKA_TOPIC_CONFIGS)})",
+                )
+            try:
+                config[key] = None if entry.value is None else int(entry.value)
+            except ValueError:
+                return INVALID_CONFIG, f"{entry.name} must be an integer, not {entry.value!r}"
+        partitions = topic.num_partitions if topic.num_partitions > 0 else 1  # Kafka's num.partitions default
+        try:
+            if validate_only:
+                known = await self._run(self._call, topics.list_topics)
+                if topic.name in known:
+                    raise errors.TopicAlreadyExistsError(f"topic {topic.name!r} already exists")
+            else:
+                await self._run(
+                    self._call, topics.create_topic, name=topic.name, partitions=partitions, config=config or None
+                )
+        except errors.OncelogError as exc:
+            return _code(exc), exc.message
+        return NONE, None
+
+    async def delete_topics(self, request: Any, response_class: Any) -> Any:
+        results = []
+        for name in request.topic_names:
+            try:
+                await self._run(self._call, topics.delete_topic, name=name)
+                code, message = NONE, None
+            except errors.OncelogError as exc:
+                code, message = _code(exc), exc.message
+            results.append(response_class.DeletableTopicResult(name=name, error_code=code, error_message=message))
+        return response_class(version=request.version, throttle_time_ms=0, responses=results)
+
+    async def describe_configs(self, request: Any, response_class: Any) -> Any:
+        result_class = response_class.DescribeConfigsResult
+        entry_class = result_class.DescribeConfigsResourceResult
+        results = []
+        for resource in request.resources:
+            code, message, entries = NONE, None, []
+            if resource.resource_type == _TOPIC:
+                try:
+                    described = await self._run(self._call, topics.describe_topic, name=resource.resource_name)
+                except errors.OncelogError as exc:
+                    code, message = _code(exc), exc.message
+                else:
+                    wanted = resource.configuration_keys
+                    for kafka_name, key in KAFKA_TOPIC_CONFIGS.items():
+                        if wanted is not None and kafka_name not in wanted:
+                            continue
+                        value = described.config.get(key)
+                        entries.append(
+                            entry_class(
+                                name=kafka_name,
+                                value="-1" if value is None else str(value),
+                                read_only=False,
+                                is_default=key in described.defaults,
+                                config_source=_DEFAULT_CONFIG if key in described.defaults else _TOPIC_CONFIG,
+                                is_sensitive=False,
+                                synonyms=[],
+                            )
+                        )
+            elif resource.resource_type != _BROKER:
+                code, message = INVALID_CONFIG, f"resource type {resource.resource_type} has no configs here"
+            results.append(
+                result_class(
+                    error_code=code,
+                    error_message=message,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                    configs=entries,
+                )
+            )
+        return response_class(version=request.version, throttle_time_ms=0, results=results)
