@@ -13,7 +13,6 @@ import signal
 import socket
 import struct
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -51,10 +50,10 @@ from kafka.protocol.producer import (
 from kafka.record import MemoryRecordsBuilder
 
 import oncelog
-from oncelog.broker import API_RANGES, Broker, Listener
+from oncelog.broker import API_RANGES
 from oncelog.store import create_engine, groups, log
 from oncelog.store.records import FetchedRecord
-from tests.support.broker import broker_command
+from tests.support.broker import broker_command, running_broker
 from tests.support.logcheck import read_partition
 from tests.support.roles import login_roles
 
@@ -64,23 +63,11 @@ PARTITIONS = 3
 
 @pytest.fixture
 def broker(db_url: str) -> Iterator[str]:
-    """A broker on a free port over this test's database; its bootstrap address."""
+    """A broker on a free port over this test's database, with its topic; its bootstrap address."""
     with oncelog.Admin(db_url) as admin:
         admin.create_topic(TOPIC, partitions=PARTITIONS)
-    engine = create_engine(db_url, pool_size=8)
-    loop = asyncio.new_event_loop()
-    server = Broker(engine, Listener("127.0.0.1", 0))
-    loop.run_until_complete(server.start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.address.port}"
-    finally:
-        asyncio.run_coroutine_threadsafe(server.close(), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
-        engine.dispose()
+    with running_broker(db_url) as address:
+        yield address
 
 
 def read_committed(db_url: str, topic: str, partition: int) -> list[FetchedRecord]:
@@ -882,14 +869,7 @@ def test_kafka_python_admin_creates_describes_and_deletes_topics(db_url: str, br
 def test_librdkafka_admin_and_auto_created_topics(db_url: str) -> None:
     """confluent-kafka's AdminClient; and a broker started with --auto-create-topics creates a topic
     a producer names, which a broker without it answers UNKNOWN_TOPIC_OR_PARTITION (another test)."""
-    engine = create_engine(db_url, pool_size=4)
-    loop = asyncio.new_event_loop()
-    server = Broker(engine, Listener("127.0.0.1", 0), auto_create_partitions=3)
-    loop.run_until_complete(server.start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        address = f"127.0.0.1:{server.address.port}"
+    with running_broker(db_url, auto_create_partitions=3) as address:
         admin = AdminClient({"bootstrap.servers": address})
         for future in admin.create_topics([CKNewTopic("made", 4, 1)]).values():
             future.result(30)
@@ -898,12 +878,6 @@ def test_librdkafka_admin_and_auto_created_topics(db_url: str) -> None:
         assert producer.flush(30) == 0
         for future in admin.delete_topics(["made"]).values():
             future.result(30)
-    finally:
-        asyncio.run_coroutine_threadsafe(server.close(), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
-        engine.dispose()
     with oncelog.Admin(db_url) as ours:
         topics_now = ours.list_topics()
     assert topics_now.get("on-the-fly") == 3 and "made" not in topics_now
@@ -911,25 +885,12 @@ def test_librdkafka_admin_and_auto_created_topics(db_url: str) -> None:
 
 @pytest.mark.timeout(120)
 def test_a_client_role_broker_cannot_create_topics(db_url: str, engine: Any) -> None:
-    with login_roles(engine, db_url, ("client",)) as urls:
-        client_engine = create_engine(urls["client"], pool_size=2)
-        loop = asyncio.new_event_loop()
-        server = Broker(client_engine, Listener("127.0.0.1", 0), auto_create_partitions=1)
-        loop.run_until_complete(server.start())
-        thread = threading.Thread(target=loop.run_forever, daemon=True)
-        thread.start()
+    with login_roles(engine, db_url, ("client",)) as urls, running_broker(urls["client"]) as address:
+        admin = KafkaAdminClient(bootstrap_servers=address)
         try:
-            admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{server.address.port}")
-            try:
-                with pytest.raises(Exception, match=r"(?i)authoriz"):
-                    admin.create_topics([NewTopic("forbidden", num_partitions=1, replication_factor=1)])
-            finally:
-                admin.close()
+            with pytest.raises(Exception, match=r"(?i)authoriz"):
+                admin.create_topics([NewTopic("forbidden", num_partitions=1, replication_factor=1)])
         finally:
-            asyncio.run_coroutine_threadsafe(server.close(), loop).result(30)
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(10)
-            loop.close()
-            client_engine.dispose()
+            admin.close()
     with oncelog.Admin(db_url) as ours:
         assert "forbidden" not in ours.list_topics()

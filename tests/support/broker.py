@@ -1,13 +1,40 @@
-"""``oncelog broker`` run as a user runs it: a child process over a test's database."""
+"""Brokers for the tests: in this process on a thread of its own (:func:`running_broker`), or
+``oncelog broker`` run as a user runs it, a child process (:func:`broker_command`)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from typing import Any
+
+from oncelog.broker import Broker, Listener
+from oncelog.store import create_engine
+
+
+@contextlib.contextmanager
+def running_broker(url: str, **options: Any) -> Iterator[str]:
+    """A :class:`Broker` over ``url`` on a free port, serving from a thread's event loop; yields its
+    bootstrap address. ``options`` go to the Broker."""
+    engine = create_engine(url, pool_size=8)
+    loop = asyncio.new_event_loop()
+    server = Broker(engine, Listener("127.0.0.1", 0), **options)
+    loop.run_until_complete(server.start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.address.port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(server.close(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+        engine.dispose()
 
 
 @contextlib.contextmanager
