@@ -387,12 +387,16 @@ class Handlers:
                 out[tp] = (code, f, b"")
                 continue
             records = _within(f.records, budgets[tp])
-            body = fetched_batches(records) if records else b""
-            after = records[-1].offset + 1 if records else position
-            if len(records) == len(f.records) and f.read_limit is not None and f.read_limit > after:
-                # What lies between (commit markers, aborted records) is nothing this reader may
-                # see: a marker at the last of it moves the reader past, as Kafka's would.
-                body += commit_marker(f.read_limit - 1, int(time.time() * 1000))
+            if records:
+                body = fetched_batches(records)
+            elif f.read_limit is not None and f.read_limit > position:
+                # Nothing this reader may see lies below the read's limit (commit markers, aborted
+                # records): a marker at the last of those offsets moves the reader past them, as
+                # Kafka's markers do. Only when nothing was returned: with records, the limit may
+                # lie past records the record cap left for the next fetch.
+                body = commit_marker(f.read_limit - 1, int(time.time() * 1000))
+            else:
+                body = b""
             out[tp] = (NONE, f, body)
         return out
 

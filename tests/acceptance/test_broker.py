@@ -894,3 +894,21 @@ def test_a_client_role_broker_cannot_create_topics(db_url: str, engine: Any) -> 
             admin.close()
     with oncelog.Admin(db_url) as ours:
         assert "forbidden" not in ours.list_topics()
+
+
+@pytest.mark.timeout(120)
+def test_a_partition_longer_than_one_fetch_is_read_whole_then_past_an_aborted_tail(db_url: str, broker: str) -> None:
+    """The store reads at most 1000 records per fetch: the rest comes in the next ones, and
+    the offsets the reader must skip (an aborted transaction, its marker) only after them."""
+    with oncelog.Producer(db_url, linger_ms=20) as producer:
+        for i in range(2500):
+            producer.send(TOPIC, b"n%d" % i, partition=0)
+    with oncelog.Producer(db_url, transactional_id="tail") as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(TOPIC, b"aborted", partition=0)
+        producer.flush()
+        producer.abort_transaction()
+    got, position, end = _kafka_python_reads(broker, "read_committed")
+    assert got == [b"n%d" % i for i in range(2500)]
+    assert position == end == 2502
