@@ -3,11 +3,11 @@ plots, the machine and the run, and a headline table held against the issue's ta
 
     .venv/bin/python -m bench.report --results bench/results --out docs/bench [--update-readme [README]]
 
-Reads ``<results>/{produce,transactions,pipeline,spark,groups,outbox}.json`` (what ``bench/run`` writes) and writes
-``<out>/report.md`` with its PNG plots beside it (matplotlib, Agg, no display needed). A benchmark without
-results is reported as such, never fatal: ``bench/run`` leaves ``<name>.failed`` (its exit status and the
-end of its stderr) or ``<name>.skipped`` in place of the JSON. With ``--update-readme`` the README's block
-between the ``bench:headline`` markers becomes the headline table, when every benchmark has results
+Reads ``<results>/{produce,transactions,pipeline,spark,groups,outbox,broker}.json`` (what ``bench/run``
+writes) and writes ``<out>/report.md`` with its PNG plots beside it (matplotlib, Agg, no display needed). A
+benchmark without results is reported as such, never fatal: ``bench/run`` leaves ``<name>.failed`` (its exit
+status and the end of its stderr) or ``<name>.skipped`` in place of the JSON. With ``--update-readme`` the
+README's block between the ``bench:headline`` markers becomes the headline table, when every benchmark has results
 and none comes from a ``--quick`` run (those numbers measure nothing, so they never reach the README).
 
 The report is a pure function of the JSON: rendering the same results again writes the same files.
@@ -40,6 +40,7 @@ BENCHMARKS: dict[str, str] = {
     "spark": "Spark reads and the exactly-once Spark pipeline (bench/spark.py)",
     "groups": "consumer groups through a rebalance (bench/groups.py)",
     "outbox": "records in the application's own transaction (bench/outbox.py)",
+    "broker": "Kafka's own client through oncelog broker (bench/broker.py)",
 }
 START_MARKER = "<!-- bench:headline:start -->"
 END_MARKER = "<!-- bench:headline:end -->"
@@ -57,6 +58,7 @@ READ_TARGET = 0.7  # store.log.fetch_many read_committed against a raw binary SE
 CONSUMER_TARGET = 0.8  # Consumer.poll read_committed against a raw binary SELECT (#16; 0.7 before)
 SPARK_TARGET = 0.8
 WRITE_BACK_TARGET = 0.5  # Spark's write-back against a raw JVM JDBC write of the same rows (#16)
+BROKER_TARGET = 0.7  # confluent-kafka's producer through oncelog broker against the store call (#19)
 
 ORACLE = "raw PostgreSQL baseline (same run)"
 
@@ -754,6 +756,63 @@ def outbox_section(res: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def broker_headlines(res: dict[str, Any]) -> list[Headline]:
+    """librdkafka's producer through the broker against the store call; its consumer against Consumer.poll."""
+    cases = res["cases"]
+    sizes = ", ".join(_size(c["value_bytes"]) for c in cases)
+    rows = []
+    for kind, label in (("idempotent", "idempotent"), ("transactional", "transactional, 1000-record transactions")):
+        ratios = [c[f"ratio_{kind}_to_store"] for c in cases]
+        rows.append(
+            Headline(
+                f"confluent-kafka producer through oncelog broker, {label}, against the store call: {sizes}",
+                ", ".join(f"{compact(c[f'broker_{kind}_per_s'])}" for c in cases) + " records/s",
+                "store call " + ", ".join(compact(c["store_per_s"]) for c in cases),
+                ", ".join(f"{r:.2f}" for r in ratios),
+                target=BROKER_TARGET,
+                value=min(ratios),
+                name=f"the broker's {kind} producer against the store call",
+                several=len(cases) > 1,
+            )
+        )
+    rows.append(
+        Headline(
+            f"confluent-kafka read_committed consumer through oncelog broker against Consumer.poll: {sizes}",
+            ", ".join(compact(c["consume_broker_per_s"]) for c in cases) + " records/s",
+            "Consumer.poll " + ", ".join(compact(c["consume_poll_per_s"]) for c in cases),
+            ", ".join(f"{c['ratio_consume_to_poll']:.2f}" for c in cases),
+            name="the broker's consumer against Consumer.poll",
+        )
+    )
+    return rows
+
+
+def broker_section(res: dict[str, Any]) -> list[str]:
+    s = res["settings"]
+    lines = [
+        f"The same records to a fresh {s['partitions']}-partition topic per kind: the store call "
+        f"(store.log.produce_batches, one {s['batch']}-record batch per partition per call, idempotent; the "
+        f"baseline), confluent-kafka's producer (librdkafka {s['librdkafka']}, linger.ms=5) through a broker in "
+        "the same process, idempotent and with 1000-record transactions, and oncelog's Producer (defaults). Then "
+        "the idempotent run's records read back, read_committed, by confluent-kafka's consumer through the broker "
+        f"and by Consumer.poll (baseline). Records/s, medians of {s['repeat']} run(s); ratios: medians of the "
+        "per-run ratios:",
+        "",
+        "| value | records | store call | broker, idempotent | ratio | broker, transactional | ratio "
+        "| oncelog Producer | ratio | Consumer.poll | broker consumer | ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in res["cases"]:
+        lines.append(
+            f"| {_size(c['value_bytes'])} | {c['records']:,} | {c['store_per_s']:,.0f} "
+            f"| {c['broker_idempotent_per_s']:,.0f} | {c['ratio_idempotent_to_store']:.2f} "
+            f"| {c['broker_transactional_per_s']:,.0f} | {c['ratio_transactional_to_store']:.2f} "
+            f"| {c['producer_per_s']:,.0f} | {c['ratio_producer_to_store']:.2f} "
+            f"| {c['consume_poll_per_s']:,.0f} | {c['consume_broker_per_s']:,.0f} | {c['ratio_consume_to_poll']:.2f} |"
+        )
+    return [*lines, ""]
+
+
 HEADLINES: dict[str, Callable[[dict[str, Any]], list[Headline]]] = {
     "produce": produce_headlines,
     "transactions": transactions_headlines,
@@ -761,6 +820,7 @@ HEADLINES: dict[str, Callable[[dict[str, Any]], list[Headline]]] = {
     "spark": spark_headlines,
     "groups": groups_headlines,
     "outbox": outbox_headlines,
+    "broker": broker_headlines,
 }
 #: What each benchmark's headline rows stand for, for the one row a benchmark without results gets.
 HEADLINE_PLACEHOLDERS = {
@@ -775,6 +835,8 @@ HEADLINE_PLACEHOLDERS = {
     f"vs raw JDBC (>= {WRITE_BACK_TARGET:g})",
     "groups": "a consumer group through a rebalance: records/s against before, join to stable",
     "outbox": "outbox writes (a business row + oncelog.send) against the business row alone",
+    "broker": f"confluent-kafka through oncelog broker against the store call (target >= {BROKER_TARGET:g}) and "
+    "its consumer against Consumer.poll",
 }
 
 
@@ -1727,7 +1789,7 @@ def render(outcomes: dict[str, Outcome], drawn: dict[str, str], plot_notes: Sequ
         lines += [f"_{note}_", ""]
     lines += ["## Headline", "", *headline_table(rows), "", headline_summary(rows), ""]
 
-    produce, txn, pipe, spark, groups, outbox = (outcomes[n] for n in BENCHMARKS)
+    produce, txn, pipe, spark, groups, outbox, broker = (outcomes[n] for n in BENCHMARKS)
     sections: list[tuple[str, list[tuple[Outcome, str, Callable[[dict[str, Any]], list[str]]]], str, str]] = [
         (
             "Throughput against batch size",
@@ -1772,6 +1834,7 @@ def render(outcomes: dict[str, Outcome], drawn: dict[str, str], plot_notes: Sequ
         ),
         ("Consumer groups through a rebalance", [(groups, "the rebalance", groups_section)], "", ""),
         ("Records in the application's own transaction", [(outbox, "the outbox", outbox_section)], "", ""),
+        ("Kafka's own clients through oncelog broker", [(broker, "the broker", broker_section)], "", ""),
     ]
     for title, parts, image, alt in sections:
         lines += [f"## {title}", "", *_image(drawn, image, alt)]

@@ -8,6 +8,6 @@ broker's database role) hold for these clients too. What is served so far: docs/
 """
 
 from oncelog.broker.common import API_RANGES
-from oncelog.broker.server import Broker, Listener, parse_listener
+from oncelog.broker.server import Broker, Listener, parse_listener, serve_in_thread
 
-__all__ = ["API_RANGES", "Broker", "Listener", "parse_listener"]
+__all__ = ["API_RANGES", "Broker", "Listener", "parse_listener", "serve_in_thread"]

@@ -11,7 +11,8 @@ import asyncio
 import contextlib
 import logging
 import struct
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -24,8 +25,10 @@ from oncelog.broker.common import API_RANGES, Node
 from oncelog.broker.groups import GroupHandlers
 from oncelog.broker.handlers import Handlers
 from oncelog.errors import ConfigurationError
+from oncelog.store import create_engine
+from oncelog.store.engine import DEFAULT_SCHEMA
 
-__all__ = ["Broker", "Listener", "parse_listener"]
+__all__ = ["Broker", "Listener", "parse_listener", "serve_in_thread"]
 
 logger = logging.getLogger(__name__)
 
@@ -146,8 +149,10 @@ class Broker:
         """Stop accepting, close every connection, and release the store's threads."""
         if self._server is not None:
             self._server.close()
-            for task in list(self._connections):
+            connections = list(self._connections)
+            for task in connections:
                 task.cancel()
+            await asyncio.gather(*connections, return_exceptions=True)
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -221,3 +226,26 @@ class Broker:
         except Exception:  # a bug of ours: this client's connection ends, the broker serves on
             logger.exception("closing %s: answering API key %s version %s failed", peer, api_key, version)
             return _CLOSE
+
+
+@contextlib.contextmanager
+def serve_in_thread(database_url: str, *, schema: str = DEFAULT_SCHEMA, **options: Any) -> Iterator[str]:
+    """A :class:`Broker` over ``database_url`` on a free loopback port, served from an event loop
+    on a thread of its own until the block ends; yields its bootstrap address (``host:port``).
+    For tests and benchmarks that run Kafka clients beside the broker; ``options`` go to the
+    Broker."""
+    engine = create_engine(database_url, schema=schema, pool_size=8, max_overflow=8)
+    loop = asyncio.new_event_loop()
+    server = Broker(engine, Listener("127.0.0.1", 0), **options)
+    loop.run_until_complete(server.start())
+    thread = threading.Thread(target=loop.run_forever, name="oncelog-broker", daemon=True)
+    thread.start()
+    try:
+        here = server.address
+        yield f"{here.host}:{here.port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(server.close(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()
+        engine.dispose()

@@ -441,6 +441,33 @@ def outbox_result() -> dict[str, Any]:
     }
 
 
+def broker_result() -> dict[str, Any]:
+    """The shape bench/broker.py writes."""
+
+    def case(size: int, scale: float) -> dict[str, Any]:
+        return {
+            "value_bytes": size,
+            "records": 1000,
+            "runs": [],
+            "store_per_s": 100_000.0 * scale,
+            "broker_idempotent_per_s": 75_000.0 * scale,
+            "broker_transactional_per_s": 60_000.0 * scale,
+            "producer_per_s": 90_000.0 * scale,
+            "consume_broker_per_s": 50_000.0 * scale,
+            "consume_poll_per_s": 100_000.0 * scale,
+            "ratio_idempotent_to_store": 0.75,
+            "ratio_transactional_to_store": 0.6,
+            "ratio_producer_to_store": 0.9,
+            "ratio_consume_to_poll": 0.5,
+        }
+
+    return {
+        **_common("broker", "2026-11-21T12:30:00+00:00"),
+        "settings": {"partitions": 4, "batch": 1000, "repeat": 3, "librdkafka": "2.16.0"},
+        "cases": [case(100, 1.0), case(1024, 0.5)],
+    }
+
+
 def full_results() -> dict[str, dict[str, Any]]:
     return {
         "produce": produce_result(),
@@ -449,6 +476,7 @@ def full_results() -> dict[str, dict[str, Any]]:
         "spark": spark_result(),
         "groups": groups_result(),
         "outbox": outbox_result(),
+        "broker": broker_result(),
     }
 
 
@@ -740,7 +768,8 @@ def test_headline_rows_are_marked_against_the_issue_targets(full_report: tuple[P
     assert (
         "Targets met: the Producer's defaults against the tuned Producer (0.75); transactions of 100 records on 4 "
         "partitions (0.85); commit latency p50 of 10 records on 4 partitions (0.6x); the wake-ups' cost (0.95); Spark "
-        "reads through the committed view (0.97); Spark write-back against a raw JDBC write (0.55)." in md
+        "reads through the committed view (0.97); Spark write-back against a raw JDBC write (0.55); the broker's "
+        "idempotent producer against the store call (0.75)." in md
     )
     assert (
         "Not met: idempotent produce (store call) at 1000-record batches (0.55, target >= 0.8); the Producer against "
@@ -748,7 +777,8 @@ def test_headline_rows_are_marked_against_the_issue_targets(full_report: tuple[P
         "transactional throughput at 1000 records per transaction (0.81, target >= 0.9); read_committed reads "
         "through store.log.fetch_many (0.16, target >= 0.7); read_committed reads through Consumer.poll (0.12, "
         "target >= 0.8); consume-transform-produce, 1 member(s) (0.22, target >= 2); consume-transform-produce, "
-        "4 member(s) (0.57, target >= 2); wake-up latency (60 ms, target <= 5 ms)." in md
+        "4 member(s) (0.57, target >= 2); wake-up latency (60 ms, target <= 5 ms); the broker's transactional "
+        "producer against the store call (0.60, target >= 0.7)." in md
     )
 
 
@@ -924,7 +954,15 @@ def test_failed_skipped_and_missing_benchmarks_are_reported_not_fatal(tmp_path: 
     outcomes, path = report.build(results, out)
     md = path.read_text()
 
-    assert [o.status for o in outcomes.values()] == ["ok", "failed", "missing", "skipped", "missing", "missing"]
+    assert [o.status for o in outcomes.values()] == [
+        "ok",
+        "failed",
+        "missing",
+        "skipped",
+        "missing",
+        "missing",
+        "missing",
+    ]
     assert "the transactions benchmark failed (exit 1: RuntimeError: the log holds 3 / 4 records)" in md
     assert "the pipeline benchmark has no results (no pipeline.json in " in md
     assert "the spark benchmark was skipped (skipped with --skip spark)" in md
@@ -934,7 +972,7 @@ def test_failed_skipped_and_missing_benchmarks_are_reported_not_fatal(tmp_path: 
     # The produce figures are all there; the others' headline rows say why they are not.
     assert "| 0.60, 0.55, 0.75, 0.80 | >= 0.8 (lowest): **not met** |" in md
     rows = report.headlines(outcomes)
-    assert [r.status for r in rows if r.missing] == ["not measured"] * 5
+    assert [r.status for r in rows if r.missing] == ["not measured"] * 6
     assert "Not measured: transactions of 1000 records" in md
     # Only the plots the results allow; the stale one is gone.
     assert sorted(p.name for p in out.glob("*.png")) == ["latency.png", "produce_throughput.png"]
@@ -989,7 +1027,7 @@ def test_results_from_different_runs_are_flagged(tmp_path: Path) -> None:
     md = path.read_text()
     assert (
         "The results differ in commit (produce: abc1234; transactions: abc1234; pipeline: abc1234; spark: fff0000; "
-        "groups: abc1234; outbox: abc1234)" in md
+        "groups: abc1234; outbox: abc1234; broker: abc1234)" in md
     )
 
 
@@ -1116,3 +1154,11 @@ def test_the_outbox_benchmark_is_a_section_and_headline_rows(full_report: tuple[
     assert "## Records in the application's own transaction" in md
     assert "| 8 | 6,400 | 8,000 | 0.80 | 7,600 | 0.84 |" in md
     assert "outbox (a business row + oncelog.send), 8 thread(s), against the business row alone" in md
+
+
+def test_the_broker_benchmark_is_a_section_and_headline_rows(full_report: tuple[Path, str]) -> None:
+    _, md = full_report
+    assert "## Kafka's own clients through oncelog broker" in md
+    assert "| 100B | 1,000 | 100,000 | 75,000 | 0.75 | 60,000 | 0.60 | 90,000 | 0.90 | 100,000 | 50,000 | 0.50 |" in md
+    assert "confluent-kafka producer through oncelog broker, transactional, 1000-record transactions" in md
+    assert "the broker's transactional producer against the store call (0.60, target >= 0.7)" in md

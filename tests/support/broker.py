@@ -3,38 +3,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import re
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from typing import Any
 
-from oncelog.broker import Broker, Listener
-from oncelog.store import create_engine
+from oncelog.broker import serve_in_thread
 
-
-@contextlib.contextmanager
-def running_broker(url: str, **options: Any) -> Iterator[str]:
-    """A :class:`Broker` over ``url`` on a free port, serving from a thread's event loop; yields its
-    bootstrap address. ``options`` go to the Broker."""
-    engine = create_engine(url, pool_size=8)
-    loop = asyncio.new_event_loop()
-    server = Broker(engine, Listener("127.0.0.1", 0), **options)
-    loop.run_until_complete(server.start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.address.port}"
-    finally:
-        asyncio.run_coroutine_threadsafe(server.close(), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
-        engine.dispose()
+#: A Broker over a URL on a free port, on a thread of its own (the product's helper).
+running_broker = serve_in_thread
 
 
 @contextlib.contextmanager
