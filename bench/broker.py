@@ -25,14 +25,11 @@ times (default 3; 1 with --quick); the ratios are the medians of the per-run rat
 
 from __future__ import annotations
 
-import contextlib
-import os
 import statistics
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
+from collections.abc import Sequence
 from typing import Any
 
 import confluent_kafka as ck
@@ -42,18 +39,16 @@ from bench.produce import (
     Bench,
     Data,
     bench_parser,
-    code_info,
     emit,
-    fmt_settings,
     log,
     machine_info,
     repeat_count,
-    resolve_target,
-    server_info,
+    result_fields,
+    scratch_database,
+    titled,
 )
 from bench.report import broker_section
 from oncelog.broker import serve_in_thread
-from oncelog.store import cluster
 from oncelog.store import log as store_log
 from oncelog.store.records import ProduceBatch
 
@@ -191,42 +186,15 @@ def measure(bench: Bench, address: str, size: int, records: int, repeat: int) ->
     }
 
 
-@contextlib.contextmanager
-def _database() -> Iterator[tuple[Bench, dict[str, Any]]]:
-    target = resolve_target()
-    name = f"oncelog_bench_{uuid.uuid4().hex[:10]}"
-    cluster.create_database(target.cluster_url, name)
-    bench: Bench | None = None
-    try:
-        bench = Bench(target.cluster_url, name)
-        server = server_info(bench.conninfo)
-        server["target"] = target.description
-        log(f"server: {target.description}; PostgreSQL {server['version']}; {fmt_settings(server['settings'])}")
-        yield bench, server
-    finally:
-        if bench is not None:
-            bench.close()
-        cluster.drop_database(target.cluster_url, name)
-        if target.stop is not None:
-            target.stop()
-
-
 def run(quick: bool, repeat: int) -> dict[str, Any]:
     started = time.perf_counter()
     machine = machine_info()
-    with _database() as (bench, server), serve_in_thread(bench.sa_url) as address:
+    with scratch_database() as (bench, server), serve_in_thread(bench.sa_url) as address:
         cases = [
             measure(bench, address, size, QUICK_RECORDS if quick else FULL_RECORDS[size], repeat) for size in SIZES
         ]
-    machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     return {
-        "benchmark": "broker",
-        "quick": quick,
-        "repeat": repeat,
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine,
-        "oncelog": code_info(),
-        "server": server,
+        **result_fields("broker", quick, repeat, machine, server),
         "settings": {"partitions": PARTITIONS, "batch": BATCH, "repeat": repeat, "librdkafka": ck.libversion()[0]},
         "cases": cases,
         "seconds": round(time.perf_counter() - started, 1),
@@ -234,10 +202,7 @@ def run(quick: bool, repeat: int) -> dict[str, Any]:
 
 
 def render(result: dict[str, Any]) -> str:
-    title = "# oncelog broker benchmark"
-    if result["quick"]:
-        title += " (--quick: tiny counts, numbers not meaningful)"
-    return "\n".join([title, "", *broker_section(result)])
+    return titled("# oncelog broker benchmark", result["quick"], broker_section(result))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

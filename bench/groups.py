@@ -55,16 +55,13 @@ from bench.produce import (
     bench_parser,
     code_info,
     emit,
-    fmt_settings,
     log,
     machine_info,
     repeat_count,
-    resolve_target,
-    server_info,
+    scratch_database,
 )
 from bench.report import groups_section
 from oncelog import Consumer, Producer
-from oncelog.store import cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 16
@@ -245,15 +242,7 @@ def run(quick: bool, repeat: int) -> dict[str, Any]:
     started = time.perf_counter()
     settings = QUICK if quick else FULL
     machine = machine_info()
-    target = resolve_target()
-    name = f"oncelog_bench_{uuid.uuid4().hex[:10]}"
-    cluster.create_database(target.cluster_url, name)
-    bench: Bench | None = None
-    try:
-        bench = Bench(target.cluster_url, name)
-        server = server_info(bench.conninfo)
-        server["target"] = target.description
-        log(f"server: {target.description}; PostgreSQL {server['version']}; {fmt_settings(server['settings'])}")
+    with scratch_database() as (bench, server):
         cases = []
         for members in QUICK_MEMBER_COUNTS if quick else MEMBER_COUNTS:
             runs = []
@@ -262,18 +251,12 @@ def run(quick: bool, repeat: int) -> dict[str, Any]:
                 runs.append(one_run(bench, members, settings))
             runs.sort(key=lambda r: r["join_to_stable_ms"])
             cases.append({"members": members, "runs": runs, "median": runs[len(runs) // 2]})
-    finally:
-        if bench is not None:
-            bench.close()
-        cluster.drop_database(target.cluster_url, name)
-        if target.stop is not None:
-            target.stop()
     machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     return {
         "benchmark": "groups",
         "quick": quick,
         "repeat": repeat,
-        "database": name,
+        "database": bench.name,
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine,
         "oncelog": code_info(),

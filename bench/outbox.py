@@ -20,14 +20,11 @@ Transactions/s per case; the ratios are send / baseline, each pair measured back
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -36,17 +33,15 @@ import oncelog
 from bench.produce import (
     Bench,
     bench_parser,
-    code_info,
     emit,
-    fmt_settings,
     log,
     machine_info,
     repeat_count,
-    resolve_target,
-    server_info,
+    result_fields,
+    scratch_database,
+    titled,
 )
 from bench.report import outbox_section
-from oncelog.store import cluster
 
 THREADS = (1, 8)
 PARTITIONS = 4
@@ -134,37 +129,16 @@ def measure(bench: Bench, topic: str, threads: int, seconds: float, repeat: int)
 def run(quick: bool, repeat: int) -> dict[str, Any]:
     started = time.perf_counter()
     machine = machine_info()
-    target = resolve_target()
-    name = f"oncelog_bench_{uuid.uuid4().hex[:10]}"
-    cluster.create_database(target.cluster_url, name)
-    bench: Bench | None = None
-    try:
-        bench = Bench(target.cluster_url, name)
-        server = server_info(bench.conninfo)
-        server["target"] = target.description
-        log(f"server: {target.description}; PostgreSQL {server['version']}; {fmt_settings(server['settings'])}")
+    seconds = QUICK_SECONDS if quick else FULL_SECONDS
+    with scratch_database() as (bench, server):
         topic, _ = bench.new_topic(PARTITIONS)
-        seconds = QUICK_SECONDS if quick else FULL_SECONDS
         cases = []
         for threads in THREADS:
             log(f"outbox: {threads} thread(s)")
             cases.append(measure(bench, topic, threads, seconds, repeat))
-    finally:
-        if bench is not None:
-            bench.close()
-        cluster.drop_database(target.cluster_url, name)
-        if target.stop is not None:
-            target.stop()
-    machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     return {
-        "benchmark": "outbox",
-        "quick": quick,
-        "repeat": repeat,
-        "database": name,
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine,
-        "oncelog": code_info(),
-        "server": server,
+        **result_fields("outbox", quick, repeat, machine, server),
+        "database": bench.name,
         "settings": {"partitions": PARTITIONS, "seconds": seconds, "value_bytes": len(VALUE), "repeat": repeat},
         "cases": cases,
         "seconds": round(time.perf_counter() - started, 1),
@@ -172,10 +146,7 @@ def run(quick: bool, repeat: int) -> dict[str, Any]:
 
 
 def render(result: dict[str, Any]) -> str:
-    title = "# oncelog outbox benchmark"
-    if result["quick"]:
-        title += " (--quick: tiny counts, numbers not meaningful)"
-    return "\n".join([title, "", *outbox_section(result)])
+    return titled("# oncelog outbox benchmark", result["quick"], outbox_section(result))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

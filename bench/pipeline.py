@@ -64,14 +64,12 @@ from bench.produce import (
     log,
     machine_info,
     repeat_count,
-    resolve_target,
     run_threads,
-    server_info,
+    scratch_database,
     summarize,
 )
 from bench.transactions import fmt_pressure, pressure
 from oncelog import Consumer, Producer, TopicPartition
-from oncelog.store import cluster
 from oncelog.store.engine import database_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -722,15 +720,7 @@ def run(quick: bool, repeat: int) -> dict[str, Any]:
     started = time.perf_counter()
     machine = machine_info()
     machine["pressure_start"] = pressure()
-    target = resolve_target()
-    name = f"oncelog_bench_{uuid.uuid4().hex[:10]}"
-    cluster.create_database(target.cluster_url, name)
-    bench: Bench | None = None
-    try:
-        bench = Bench(target.cluster_url, name)
-        server = server_info(bench.conninfo)
-        server["target"] = target.description
-        log(f"server: {target.description}; PostgreSQL {server['version']}; {fmt_settings(server['settings'])}")
+    with scratch_database() as (bench, server):
         throughput = throughput_cases(bench, quick, repeat)
         rate, seconds = QUICK_LATENCY if quick else FULL_LATENCY
         latency = []
@@ -758,12 +748,6 @@ def run(quick: bool, repeat: int) -> dict[str, Any]:
             f"{cost['commits_per_s_off']:,.0f}/s without ({cost['ratio']:.2f})"
         )
         log(f"wake-up, LISTEN/NOTIFY: p50 {wake['notify']['p50_ms']:.2f} ms, p99 {wake['notify']['p99_ms']:.2f} ms")
-    finally:
-        if bench is not None:
-            bench.close()
-        cluster.drop_database(target.cluster_url, name)
-        if target.stop is not None:
-            target.stop()
     machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     machine["pressure_end"] = pressure()
     default = wake["waiters"][WAKE_DEFAULT]
@@ -772,7 +756,7 @@ def run(quick: bool, repeat: int) -> dict[str, Any]:
         "benchmark": "pipeline",
         "quick": quick,
         "repeat": repeat,
-        "database": name,
+        "database": bench.name,
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine,
         "oncelog": code_info(),

@@ -60,7 +60,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -966,6 +966,51 @@ def render(result: dict[str, Any]) -> str:
 
 def _terminate(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def scratch_database() -> Iterator[tuple[Bench, dict[str, Any]]]:
+    """A database of its own on the benchmarks' server (ONCELOG_DATABASE_URL, or the embedded
+    default cluster), with its :class:`Bench` and the server's facts; dropped afterwards."""
+    target = resolve_target()
+    name = f"oncelog_bench_{uuid.uuid4().hex[:10]}"
+    cluster.create_database(target.cluster_url, name)
+    bench: Bench | None = None
+    try:
+        bench = Bench(target.cluster_url, name)
+        server = server_info(bench.conninfo)
+        server["target"] = target.description
+        log(f"server: {target.description}; PostgreSQL {server['version']}; {fmt_settings(server['settings'])}")
+        yield bench, server
+    finally:
+        if bench is not None:
+            bench.close()
+        cluster.drop_database(target.cluster_url, name)
+        if target.stop is not None:
+            target.stop()
+
+
+def result_fields(
+    benchmark: str, quick: bool, repeat: int, machine: dict[str, Any], server: dict[str, Any]
+) -> dict[str, Any]:
+    """The fields every benchmark's JSON result starts with (the machine's load average taken now, at the end)."""
+    machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    return {
+        "benchmark": benchmark,
+        "quick": quick,
+        "repeat": repeat,
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine,
+        "oncelog": code_info(),
+        "server": server,
+    }
+
+
+def titled(title: str, quick: bool, section: list[str]) -> str:
+    """A benchmark's markdown: its title (marked when --quick), then its section."""
+    if quick:
+        title += " (--quick: tiny counts, numbers not meaningful)"
+    return "\n".join([title, "", *section])
 
 
 def bench_parser(prog: str, doc: str, repeat_help: str) -> argparse.ArgumentParser:

@@ -6,30 +6,14 @@ how fast anything is (performance is measured with ``bench/run``, not asserted h
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.support import REPO
+from tests.support.bench import run_quick
 
 
 def test_the_groups_benchmark_runs_and_reports_every_case(server_url: str, tmp_path: Path) -> None:
-    out = tmp_path / "groups.json"
-    env = {**os.environ, "ONCELOG_DATABASE_URL": server_url}
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.groups", "--quick", "--json", str(out)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    result = json.loads(out.read_text())
-    assert "| members before | join to stable (ms) |" in proc.stdout
+    result, stdout = run_quick("bench.groups", server_url, tmp_path)
+    assert "| members before | join to stable (ms) |" in stdout
     assert [c["members"] for c in result["cases"]] == [1, 2]
     for case in result["cases"]:
         m = case["median"]
