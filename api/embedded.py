@@ -2,8 +2,9 @@
 
 When no ``ONCELOG_DATABASE_URL`` is given, the CLI and the test suite run a cluster of their own
 from the PostgreSQL server binaries found on the machine: ``initdb`` and ``pg_ctl`` into a data
-directory of ours, listening on 127.0.0.1 only (no Unix socket), on a free port, with trust
-authentication for that local cluster only. A running cluster is reused.
+directory of ours, listening on 127.0.0.1 only (no Unix socket), on a free port: the superuser
+connects without a password (trust, on the loopback only), every other role with its password.
+A running cluster is reused.
 
 PostgreSQL refuses to run as root, so under root every server binary runs as the ``postgres``
 user (the process drops its privileges itself: no ``runuser`` needed) and that user owns the data
@@ -29,7 +30,7 @@ from pathlib import Path
 from oncelog.errors import EmbeddedServerError, ServerBinariesNotFoundError
 from oncelog.store.cluster import create_database
 
-#: The superuser initdb creates; trust auth on 127.0.0.1 only.
+#: The superuser initdb creates; it alone connects without a password, on 127.0.0.1 only.
 SUPERUSER = "postgres"
 #: The user that runs the server when we are root.
 SERVER_OS_USER = "postgres"
@@ -288,11 +289,6 @@ class EmbeddedPostgres:
         if not self.durable:
             argv.append("--no-sync")
         self._run(argv)
-        # Trust applies to the loopback only; the server listens nowhere else.
-        (self.pgdata / "pg_hba.conf").write_text(
-            "# oncelog embedded server: local connections over TCP on the loopback only\n"
-            "host all all 127.0.0.1/32 trust\n"
-        )
         with open(self.pgdata / "postgresql.conf", "a") as conf:
             conf.write("\ninclude_if_exists = 'oncelog.conf'\n")
 
@@ -311,9 +307,19 @@ class EmbeddedPostgres:
         self._conf_file.write_text(
             "# written by oncelog on every start\n" + "".join(f"{k} = {v}\n" for k, v in settings.items())
         )
+        # The loopback only (the server listens nowhere else): the superuser without a password,
+        # every other role with its password, so that a role's password means something here too
+        # (oncelog broker's SASL/PLAIN logs Kafka clients in as roles).
+        hba = self.pgdata / "pg_hba.conf"
+        hba.write_text(
+            "# oncelog embedded server, written on every start: TCP on the loopback only\n"
+            f"host all {SUPERUSER} 127.0.0.1/32 trust\n"
+            "host all all 127.0.0.1/32 scram-sha-256\n"
+        )
         if self._as_server_user():
             user = self._server_user()
             os.chown(self._conf_file, user.pw_uid, user.pw_gid)
+            os.chown(hba, user.pw_uid, user.pw_gid)
 
     def _start_server(self, bindir: Path) -> None:
         # A saved port is reused so the URL stays stable across restarts; if something else took

@@ -29,6 +29,8 @@ _REFUSED_FOR_GOOD = (
     (re.compile(r"FATAL:\s+.*authentication failed for user"), errors.AuthorizationError),
     (re.compile(r"FATAL:\s+no pg_hba\.conf entry"), errors.AuthorizationError),
     (re.compile(r"FATAL:\s+permission denied for database"), errors.AuthorizationError),
+    # libpq's own answer when the server asks for a password and the URL has none.
+    (re.compile(r"fe_sendauth: no password supplied"), errors.AuthorizationError),
 )
 #: lock_not_available (lock_timeout) and query_canceled (statement_timeout, or a cancel request):
 #: the client's own bound on a statement fired; the statement's transaction was rolled back.

@@ -151,8 +151,11 @@ class PartitionFetch(Generic[R]):
     log_start_offset: int | None
     high_watermark: int | None
     last_stable_offset: int | None
-    #: Where this read stopped: the last stable offset (read_committed) or high watermark, pulled
-    #: back by the record cap and so that no committed transaction is returned only in part.
+    #: The offset below which this read looked: the last stable offset (read_committed) or high
+    #: watermark, pulled back so that no committed transaction is returned only in part. Records
+    #: past the record cap are left below it for the next read: a reader that got records goes on
+    #: after the last one; only a reader that got none may move up to read_limit (what lies
+    #: between is nothing it may see).
     read_limit: int | None
     expired_transaction: bool
     error: str | None

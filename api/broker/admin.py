@@ -11,10 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import sqlalchemy as sa
-
 from oncelog import errors
-from oncelog.broker.common import NONE, error_code
+from oncelog.broker.common import NONE, Database, error_code
 from oncelog.store import topics
 
 __all__ = ["KAFKA_TOPIC_CONFIGS", "AdminHandlers"]
@@ -43,8 +41,8 @@ def _code(exc: errors.OncelogError) -> int:
 class AdminHandlers:
     """CreateTopics, DeleteTopics and DescribeConfigs."""
 
-    def __init__(self, engine: sa.Engine, run: Callable[..., Any]) -> None:
-        self._engine = engine
+    def __init__(self, database: Database, run: Callable[..., Any]) -> None:
+        self._engine = database
         self._run = run
 
     def _call(self, fn: Callable[..., Any], **kwargs: Any) -> Any:

@@ -66,6 +66,12 @@ from kafka.protocol.producer import (
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
 )
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 from kafka.record import MemoryRecords, MemoryRecordsBuilder
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.util import calc_crc32c
@@ -109,6 +115,8 @@ REQUEST_CLASSES: dict[int, tuple[Any, Any]] = {
         (CreateTopicsRequest, CreateTopicsResponse),
         (DeleteTopicsRequest, DeleteTopicsResponse),
         (DescribeConfigsRequest, DescribeConfigsResponse),
+        (SaslHandshakeRequest, SaslHandshakeResponse),
+        (SaslAuthenticateRequest, SaslAuthenticateResponse),
     )
 }
 

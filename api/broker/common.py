@@ -3,8 +3,11 @@ errors, and this broker's address."""
 
 from __future__ import annotations
 
+import contextvars
 from dataclasses import dataclass
 from typing import Any
+
+import sqlalchemy as sa
 
 from oncelog import errors
 
@@ -14,6 +17,7 @@ __all__ = [
     "INVALID_REQUEST",
     "NONE",
     "UNKNOWN_TOPIC_OR_PARTITION",
+    "Database",
     "Node",
     "commit_answer",
     "committed_offsets",
@@ -36,6 +40,7 @@ API_RANGES: dict[int, tuple[int, int]] = {
     12: (0, 3),  # Heartbeat
     13: (0, 1),  # LeaveGroup
     14: (0, 3),  # SyncGroup
+    17: (1, 1),  # SaslHandshake (v0 sends raw SASL tokens after it: not served)
     18: (0, 3),  # ApiVersions
     19: (0, 5),  # CreateTopics (6 and later: topic ids)
     20: (0, 5),  # DeleteTopics (6 and later: topic ids)
@@ -45,6 +50,7 @@ API_RANGES: dict[int, tuple[int, int]] = {
     26: (0, 4),  # EndTxn (5 and later: KIP-890's epoch bump per transaction)
     28: (0, 3),  # TxnOffsetCommit
     32: (0, 4),  # DescribeConfigs
+    36: (0, 2),  # SaslAuthenticate
 }
 
 #: Store errors as the Kafka error codes of the same meaning (Kafka's Errors.java).
@@ -136,3 +142,22 @@ def commit_answer(request: Any, response_class: Any, topic_class: Any, code: int
             for t in request.topics
         ],
     )
+
+
+#: The engine of the principal the current connection authenticated as (SASL); None: the broker's own.
+PRINCIPAL_ENGINE: contextvars.ContextVar[sa.Engine | None] = contextvars.ContextVar(
+    "oncelog_broker_principal_engine", default=None
+)
+
+
+class Database:
+    """The store as a request sees it: through the engine of the PostgreSQL role its connection
+    authenticated as (SASL/PLAIN), else through the broker's own. Every store call of a request
+    takes its connection here, so the store's ACLs and ownership checks see that role."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.default = engine
+
+    def connect(self) -> sa.Connection:
+        """A pooled autocommit connection of the current principal."""
+        return (PRINCIPAL_ENGINE.get() or self.default).connect()

@@ -26,11 +26,10 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import sqlalchemy as sa
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 
 from oncelog import errors
-from oncelog.broker.common import NONE, Node, commit_answer, committed_offsets, error_code
+from oncelog.broker.common import NONE, Database, Node, commit_answer, committed_offsets, error_code
 from oncelog.store import groups, topics
 
 __all__ = ["GroupHandlers"]
@@ -52,8 +51,8 @@ Partitions = frozenset[tuple[str, int]]
 class GroupHandlers:
     """FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch."""
 
-    def __init__(self, engine: sa.Engine, node: Node, run: Callable[..., Any]) -> None:
-        self._engine = engine
+    def __init__(self, database: Database, node: Node, run: Callable[..., Any]) -> None:
+        self._engine = database
         self._node = node
         self._run = run
         self._lock = threading.Lock()

@@ -17,8 +17,6 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-import sqlalchemy as sa
-
 from oncelog import errors
 from oncelog.broker.codec import (
     BadBatch,
@@ -32,6 +30,7 @@ from oncelog.broker.common import (
     INVALID_REQUEST,
     NONE,
     UNKNOWN_TOPIC_OR_PARTITION,
+    Database,
     Node,
     error_code,
 )
@@ -61,19 +60,19 @@ class Handlers:
 
     def __init__(
         self,
-        engine: sa.Engine,
+        database: Database,
         node: Node,
         run: Callable[..., Any],
         *,
         cluster_id: str = "oncelog",
         auto_create_partitions: int | None = None,
     ) -> None:
-        self._engine = engine
+        self._engine = database
         self.node = node
         self._run = run
         self._cluster_id = cluster_id
         self._auto_create = auto_create_partitions
-        self.transactions = TxnHandlers(engine, node, run)
+        self.transactions = TxnHandlers(database, node, run)
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn(conn, *args, **kwargs)`` on a pooled autocommit connection (runs on a thread)."""

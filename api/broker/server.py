@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import struct
 import threading
@@ -19,9 +20,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from oncelog import errors
 from oncelog.broker.admin import AdminHandlers
+from oncelog.broker.auth import PLAIN, Principals, parse_plain
 from oncelog.broker.codec import REQUEST_CLASSES, api_versions_refusal, decode_request, encode_response, peek
-from oncelog.broker.common import API_RANGES, Node
+from oncelog.broker.common import API_RANGES, PRINCIPAL_ENGINE, Database, Node
 from oncelog.broker.groups import GroupHandlers
 from oncelog.broker.handlers import Handlers
 from oncelog.errors import ConfigurationError
@@ -39,6 +42,11 @@ _SIZE = struct.Struct(">i")
 _API_VERSIONS = 18
 #: What _answer returns to have the connection closed.
 _CLOSE = object()
+#: What a client may ask before it authenticated, when the broker requires SASL: ApiVersions,
+#: SaslHandshake, SaslAuthenticate.
+_BEFORE_AUTHENTICATION = frozenset({18, 17, 36})
+#: Kafka's UNSUPPORTED_SASL_MECHANISM, ILLEGAL_SASL_STATE and SASL_AUTHENTICATION_FAILED.
+_UNSUPPORTED_SASL_MECHANISM, _ILLEGAL_SASL_STATE, _SASL_AUTHENTICATION_FAILED = 33, 34, 58
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +73,10 @@ class Broker:
     listening one (with port 0, the port the system chose). ``auto_create_partitions``: a
     Metadata request for an unknown topic that allows it creates the topic with this many
     partitions (Kafka's auto.create.topics.enable and num.partitions); None (the default): never.
-    Use as ``async with``, or :meth:`start` and :meth:`close`.
+    ``principals``: clients must authenticate with SASL/PLAIN as PostgreSQL roles, and each
+    connection then reaches the store as its role (:mod:`oncelog.broker.auth`; the broker closes
+    them when it closes); None: every client reaches it as ``engine``'s role. Use as
+    ``async with``, or :meth:`start` and :meth:`close`.
     """
 
     def __init__(
@@ -77,10 +88,12 @@ class Broker:
         node_id: int = 1,
         threads: int = 8,
         auto_create_partitions: int | None = None,
+        principals: Principals | None = None,
     ) -> None:
         # Autocommit: each store call is its own database transaction, as the store's functions
         # are written to be called.
-        self._engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._engine = Database(engine.execution_options(isolation_level="AUTOCOMMIT"))
+        self._principals = principals
         self._listen = listen
         self._advertised = advertised
         self._node_id = node_id
@@ -130,6 +143,8 @@ class Broker:
             26: t.end_txn,
             28: t.txn_offset_commit,
             32: a.describe_configs,
+            17: self._sasl_handshake,
+            36: self._sasl_authenticate,
         }
         if set(self._dispatch) != set(API_RANGES):
             raise RuntimeError("the dispatch table and API_RANGES name different APIs")
@@ -146,7 +161,8 @@ class Broker:
         await server.serve_forever()
 
     async def close(self) -> None:
-        """Stop accepting, close every connection, and release the store's threads."""
+        """Stop accepting, close every connection, and release the store's threads and the
+        principals' engines."""
         if self._server is not None:
             self._server.close()
             connections = list(self._connections)
@@ -156,6 +172,8 @@ class Broker:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
         self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._principals is not None:
+            self._principals.close()
 
     async def __aenter__(self) -> Broker:
         await self.start()
@@ -165,8 +183,32 @@ class Broker:
         await self.close()
 
     async def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        # The thread runs in this task's context: the connection's principal (PRINCIPAL_ENGINE).
+        context = contextvars.copy_context()
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, lambda: fn(*args, **kwargs))
+        return await loop.run_in_executor(self._pool, lambda: context.run(fn, *args, **kwargs))
+
+    async def _sasl_handshake(self, request: Any, response_class: Any) -> Any:
+        offered = [PLAIN] if self._principals is not None else []
+        code = 0 if request.mechanism in offered else _UNSUPPORTED_SASL_MECHANISM
+        return response_class(version=request.version, error_code=code, mechanisms=offered)
+
+    async def _sasl_authenticate(self, request: Any, response_class: Any) -> Any:
+        def answer(code: int, message: str | None = None) -> Any:
+            return response_class(
+                version=request.version, error_code=code, error_message=message, auth_bytes=b"", session_lifetime_ms=0
+            )
+
+        if self._principals is None or PRINCIPAL_ENGINE.get() is not None:
+            return answer(_ILLEGAL_SASL_STATE, "not expecting SASL authentication now")
+        try:
+            user, password = parse_plain(bytes(request.auth_bytes))
+            engine = await self._run(self._principals.authenticate, user, password)
+        except (errors.OncelogError, UnicodeDecodeError):
+            # One message for every failure: the client learns nothing of which part was wrong.
+            return answer(_SASL_AUTHENTICATION_FAILED, "authentication failed: wrong user name or password")
+        PRINCIPAL_ENGINE.set(engine)  # this connection's task, from now on
+        return answer(0)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -209,6 +251,9 @@ class Broker:
             return api_versions_refusal(correlation_id, [(k, lo, hi) for k, (lo, hi) in sorted(API_RANGES.items())])
         if served is None or not served[0] <= version <= served[1]:
             logger.warning("closing %s: API key %s version %s is not served", peer, api_key, version)
+            return _CLOSE
+        if self._principals is not None and PRINCIPAL_ENGINE.get() is None and api_key not in _BEFORE_AUTHENTICATION:
+            logger.warning("closing %s: API key %s before SASL authentication", peer, api_key)
             return _CLOSE
         request_class, response_class = REQUEST_CLASSES[api_key]
         try:

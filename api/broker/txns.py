@@ -18,10 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import sqlalchemy as sa
-
 from oncelog import errors
-from oncelog.broker.common import NONE, Node, commit_answer, committed_offsets, error_code
+from oncelog.broker.common import NONE, Database, Node, commit_answer, committed_offsets, error_code
 from oncelog.store import groups, txn
 
 __all__ = ["TxnHandlers"]
@@ -45,8 +43,8 @@ class TxnHandlers:
     """InitProducerId for a transactional id, AddPartitionsToTxn, AddOffsetsToTxn,
     TxnOffsetCommit and EndTxn; and the transaction number a transactional Produce writes in."""
 
-    def __init__(self, engine: sa.Engine, node: Node, run: Callable[..., Any]) -> None:
-        self._engine = engine
+    def __init__(self, database: Database, node: Node, run: Callable[..., Any]) -> None:
+        self._engine = database
         self._node = node
         self._run = run
         # Read and written on the event loop only: no lock.

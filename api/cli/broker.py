@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import signal
 
 import click
 
 from oncelog.broker import Broker, parse_listener
+from oncelog.broker.auth import Principals
 from oncelog.cli.context import CliContext
 from oncelog.errors import ConfigurationError
 from oncelog.store import create_engine
@@ -36,9 +38,27 @@ _REQUEST_TIMEOUT_MS = 30_000
     help="Create a topic a client asks Metadata for and that does not exist, with this many partitions "
     "(Kafka's auto.create.topics.enable); needs the admin role. Off by default.",
 )
+@click.option(
+    "--sasl-plain",
+    is_flag=True,
+    help="Clients authenticate with SASL/PLAIN as PostgreSQL roles (user name and password), and reach the "
+    "store as their role: its ACLs and ownership rules apply to them.",
+)
+@click.option(
+    "--allow-unauthenticated",
+    is_flag=True,
+    help="Listen on an address other than loopback without --sasl-plain: every client then acts as the "
+    "broker's own database role.",
+)
 @click.pass_obj
-def broker(
-    obj: CliContext, listen: str, advertised_listener: str | None, node_id: int, auto_create: int | None
+def broker(  # noqa: PLR0917 - click passes each option as an argument
+    obj: CliContext,
+    listen: str,
+    advertised_listener: str | None,
+    node_id: int,
+    auto_create: int | None,
+    sasl_plain: bool,
+    allow_unauthenticated: bool,
 ) -> None:
     """Serve the Kafka protocol on --listen: Kafka's clients write and read the store's log.
     Stops on SIGINT/SIGTERM."""
@@ -47,15 +67,36 @@ def broker(
         advertised = parse_listener(advertised_listener) if advertised_listener else None
     except ConfigurationError as exc:
         raise click.BadParameter(exc.message) from None
+    if not (sasl_plain or allow_unauthenticated or _loopback(where.host)):
+        raise click.BadParameter(
+            "without authentication the broker listens on loopback only: add --sasl-plain (clients log in as "
+            "PostgreSQL roles) or --allow-unauthenticated",
+            param_hint="--listen",
+        )
     obj.engine()  # start and migrate the embedded server if that is what we use
+    principals = Principals(obj.url(), schema=obj.schema) if sasl_plain else None
     engine = create_engine(
         obj.url(), schema=obj.schema, timeouts=Timeouts.for_request(_REQUEST_TIMEOUT_MS), pool_size=8, max_overflow=8
     )
     try:
-        server = Broker(engine, where, advertised=advertised, node_id=node_id, auto_create_partitions=auto_create)
+        server = Broker(
+            engine,
+            where,
+            advertised=advertised,
+            node_id=node_id,
+            auto_create_partitions=auto_create,
+            principals=principals,
+        )
         asyncio.run(_serve(server))
     finally:
         engine.dispose()
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 async def _serve(server: Broker) -> None:

@@ -9,10 +9,13 @@ runs in this process on a thread of its own; the CLI test runs it as a user does
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import signal
 import socket
 import struct
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -51,11 +54,12 @@ from kafka.record import MemoryRecordsBuilder
 
 import oncelog
 from oncelog.broker import API_RANGES
+from oncelog.broker.auth import Principals
 from oncelog.store import create_engine, groups, log
 from oncelog.store.records import FetchedRecord
 from tests.support.broker import broker_command, running_broker
 from tests.support.logcheck import read_partition
-from tests.support.roles import login_roles
+from tests.support.roles import client_principal, login_roles
 
 TOPIC = "orders"
 PARTITIONS = 3
@@ -912,3 +916,81 @@ def test_a_partition_longer_than_one_fetch_is_read_whole_then_past_an_aborted_ta
     got, position, end = _kafka_python_reads(broker, "read_committed")
     assert got == [b"n%d" % i for i in range(2500)]
     assert position == end == 2502
+
+
+# --- SASL/PLAIN: Kafka clients as PostgreSQL roles -----------------------------------------------------
+
+
+def _sasl(address: str, user: str, password: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": address,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": user,
+        "sasl.password": password,
+        "enable.idempotence": True,  # a producer id from the store, owned by the role that logged in
+        "message.timeout.ms": 10_000,
+    }
+
+
+def _deliver(config: dict[str, Any], topic: str, value: bytes) -> Any:
+    """Produce one record with librdkafka; the delivery error (None: delivered)."""
+    outcome: list[Any] = []
+    producer = ck.Producer(config)
+    producer.produce(topic, value, partition=0, on_delivery=lambda err, msg: outcome.append(err))
+    producer.flush(20)
+    return outcome[0] if outcome else "not delivered"
+
+
+@pytest.mark.timeout(180)
+def test_sasl_plain_clients_reach_the_store_as_their_own_roles(db_url: str, engine: Any) -> None:
+    with oncelog.Admin(db_url) as admin:
+        admin.create_topic(TOPIC, partitions=1)
+        admin.create_topic("secret", partitions=1)
+        admin.set_acl_enforcement(True)
+    allowed = (("topic", TOPIC, "all"), ("transactional_id", "*", "all"), ("group", "*", "all"))
+    principal = contextlib.contextmanager(client_principal)
+    with (
+        principal(engine, db_url, allowed) as alice,
+        principal(engine, db_url, allowed) as bob,
+        running_broker(db_url, principals=Principals(db_url)) as address,
+    ):
+        alice_password = sa.make_url(alice.url).password or ""
+        bob_password = sa.make_url(bob.url).password or ""
+        assert _deliver(_sasl(address, alice.name, alice_password), TOPIC, b"by alice") is None
+        refused = _deliver(_sasl(address, alice.name, alice_password), "secret", b"not allowed")
+        assert refused is not None and "AUTHORIZATION" in refused.name()
+        wrong = _deliver(_sasl(address, bob.name, alice_password), TOPIC, b"wrong password")
+        assert wrong is not None
+        anonymous = _deliver({"bootstrap.servers": address, "message.timeout.ms": 5_000}, TOPIC, b"anonymous")
+        assert anonymous is not None, "a client that does not authenticate is closed out"
+        assert _deliver(_sasl(address, bob.name, bob_password), TOPIC, b"by bob") is None
+        # A role PostgreSQL lets in without checking its password (the embedded server's superuser,
+        # trust) is refused whatever password is given: such a login would prove nothing.
+        superuser = sa.make_url(db_url).username or ""
+        assert _deliver(_sasl(address, superuser, "anything"), TOPIC, b"as the superuser") is not None
+        # While the roles exist (they are dropped with the principals).
+        records = read_partition(db_url, TOPIC, 0)
+        assert [r.value for r in records] == [b"by alice", b"by bob"]
+        with engine.connect() as conn:
+            owners = [
+                conn.exec_driver_sql(
+                    "SELECT owner::regrole::text FROM producers WHERE producer_id = %(p)s", {"p": r.producer_id}
+                ).scalar_one()
+                for r in records
+            ]
+        assert owners == [alice.name, bob.name], "each record's producer id belongs to the role that wrote it"
+
+
+def test_the_command_refuses_to_listen_beyond_loopback_without_authentication(db_url: str) -> None:
+    env = {**os.environ, "ONCELOG_DATABASE_URL": db_url}
+    refused = subprocess.run(
+        [sys.executable, "-m", "oncelog", "broker", "--listen", "0.0.0.0:0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == 2
+    assert "--sasl-plain" in refused.stderr and "--allow-unauthenticated" in refused.stderr

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import sqlalchemy as sa
 
 from oncelog.embedded import EmbeddedPostgres, find_server_binaries
 from oncelog.errors import EmbeddedServerError, ServerBinariesNotFoundError
@@ -77,8 +78,17 @@ def test_listens_on_loopback_tcp_only(data_dir: Path) -> None:
     assert settings == {"listen_addresses": "127.0.0.1", "unix_socket_directories": "", "fsync": "off"}
     hba = (server.pgdata / "pg_hba.conf").read_text()
     assert [line for line in hba.splitlines() if line and not line.startswith("#")] == [
-        "host all all 127.0.0.1/32 trust"
+        "host all postgres 127.0.0.1/32 trust",
+        "host all all 127.0.0.1/32 scram-sha-256",
     ]
+    # Every role but the superuser is asked its password.
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE ROLE emb_user LOGIN PASSWORD 'right'")
+    other = sa.make_url(url).set(drivername="postgresql", username="emb_user")
+    with psycopg.connect(other.set(password="right").render_as_string(hide_password=False)):
+        pass
+    with pytest.raises(psycopg.OperationalError, match="password"):
+        psycopg.connect(other.set(password="wrong").render_as_string(hide_password=False)).close()
 
 
 def test_restarts_after_the_server_was_killed(data_dir: Path) -> None:
