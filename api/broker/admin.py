@@ -42,12 +42,8 @@ class AdminHandlers:
     """CreateTopics, DeleteTopics and DescribeConfigs."""
 
     def __init__(self, database: Database, run: Callable[..., Any]) -> None:
-        self._engine = database
+        self._db = database
         self._run = run
-
-    def _call(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
-        with self._engine.connect() as conn:
-            return fn(conn, **kwargs)
 
     async def create_topics(self, request: Any, response_class: Any) -> Any:
         results = []
@@ -83,12 +79,12 @@ class AdminHandlers:
         partitions = topic.num_partitions if topic.num_partitions > 0 else 1  # Kafka's num.partitions default
         try:
             if validate_only:
-                known = await self._run(self._call, topics.list_topics)
+                known = await self._run(self._db.call, topics.list_topics)
                 if topic.name in known:
                     raise errors.TopicAlreadyExistsError(f"topic {topic.name!r} already exists")
             else:
                 await self._run(
-                    self._call, topics.create_topic, name=topic.name, partitions=partitions, config=config or None
+                    self._db.call, topics.create_topic, name=topic.name, partitions=partitions, config=config or None
                 )
         except errors.OncelogError as exc:
             return _code(exc), exc.message
@@ -98,7 +94,7 @@ class AdminHandlers:
         results = []
         for name in request.topic_names:
             try:
-                await self._run(self._call, topics.delete_topic, name=name)
+                await self._run(self._db.call, topics.delete_topic, name=name)
                 code, message = NONE, None
             except errors.OncelogError as exc:
                 code, message = _code(exc), exc.message
@@ -113,7 +109,7 @@ class AdminHandlers:
             code, message, entries = NONE, None, []
             if resource.resource_type == _TOPIC:
                 try:
-                    described = await self._run(self._call, topics.describe_topic, name=resource.resource_name)
+                    described = await self._run(self._db.call, topics.describe_topic, name=resource.resource_name)
                 except errors.OncelogError as exc:
                     code, message = _code(exc), exc.message
                 else:

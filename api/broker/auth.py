@@ -20,7 +20,6 @@ import logging
 import secrets
 import threading
 from collections import OrderedDict
-from typing import Any
 
 import sqlalchemy as sa
 
@@ -118,6 +117,3 @@ class Principals:
             engines, self._engines = list(self._engines.values()), OrderedDict()
         for engine in engines:
             engine.dispose()
-
-    def __repr__(self) -> Any:
-        return f"Principals({len(self._engines)} authenticated)"

@@ -4,8 +4,9 @@ errors, and this broker's address."""
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -144,6 +145,8 @@ def commit_answer(request: Any, response_class: Any, topic_class: Any, code: int
     )
 
 
+T = TypeVar("T")
+
 #: The engine of the principal the current connection authenticated as (SASL); None: the broker's own.
 PRINCIPAL_ENGINE: contextvars.ContextVar[sa.Engine | None] = contextvars.ContextVar(
     "oncelog_broker_principal_engine", default=None
@@ -161,3 +164,9 @@ class Database:
     def connect(self) -> sa.Connection:
         """A pooled autocommit connection of the current principal."""
         return (PRINCIPAL_ENGINE.get() or self.default).connect()
+
+    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(conn, *args, **kwargs)`` on a connection of the current principal (a store
+        function; the broker runs this on a thread)."""
+        with self.connect() as conn:
+            return fn(conn, *args, **kwargs)

@@ -52,16 +52,12 @@ class GroupHandlers:
     """FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch."""
 
     def __init__(self, database: Database, node: Node, run: Callable[..., Any]) -> None:
-        self._engine = database
+        self._db = database
         self._node = node
         self._run = run
         self._lock = threading.Lock()
         #: (group, member) -> (generation, the partitions its last SyncGroup answer gave it).
         self._given: dict[tuple[str, str], tuple[int, Partitions]] = {}
-
-    def _call(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
-        with self._engine.connect() as conn:
-            return fn(conn, **kwargs)
 
     async def find_coordinator(self, request: Any, response_class: Any) -> Any:
         node = self._node
@@ -104,7 +100,7 @@ class GroupHandlers:
             owned = [(tp.topic, p) for tp in subscription.owned_partitions or () for p in tp.partitions]
         try:
             joined = await self._run(
-                self._call,
+                self._db.call,
                 groups.join_group,
                 group_id=request.group_id,
                 topics=list(subscription.topics),
@@ -167,7 +163,7 @@ class GroupHandlers:
     async def _beat(self, request: Any, owned: Iterable[tuple[str, int]]) -> tuple[int, groups.Membership]:
         try:
             now = await self._run(
-                self._call,
+                self._db.call,
                 groups.heartbeat,
                 group_id=request.group_id,
                 member_id=request.member_id,
@@ -182,7 +178,7 @@ class GroupHandlers:
         with self._lock:
             self._given.pop((request.group_id, request.member_id), None)
         try:
-            await self._run(self._call, groups.leave_group, group_id=request.group_id, member_id=request.member_id)
+            await self._run(self._db.call, groups.leave_group, group_id=request.group_id, member_id=request.member_id)
         except errors.OncelogError as exc:
             return response_class(version=request.version, throttle_time_ms=0, error_code=error_code(exc))
         return response_class(version=request.version, throttle_time_ms=0, error_code=NONE)
@@ -195,7 +191,7 @@ class GroupHandlers:
         generation = request.generation_id_or_member_epoch
         try:
             await self._run(
-                self._call,
+                self._db.call,
                 groups.offset_commit,
                 group_id=request.group_id,
                 offsets=offsets,
@@ -238,7 +234,7 @@ class GroupHandlers:
     def _offset_fetch(self, group_id: str, wanted: Any, stable: bool) -> dict[tuple[str, int], groups.CommittedOffset]:
         """The committed offsets asked for; with no topics named (v2 and later), every partition
         of every topic that has one."""
-        with self._engine.connect() as conn:
+        with self._db.connect() as conn:
             if wanted is None:
                 known = topics.list_topics(conn)
                 every = [(t, p) for t, n in known.items() for p in range(n)]

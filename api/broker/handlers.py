@@ -67,17 +67,12 @@ class Handlers:
         cluster_id: str = "oncelog",
         auto_create_partitions: int | None = None,
     ) -> None:
-        self._engine = database
+        self._db = database
         self.node = node
         self._run = run
         self._cluster_id = cluster_id
         self._auto_create = auto_create_partitions
         self.transactions = TxnHandlers(database, node, run)
-
-    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """``fn(conn, *args, **kwargs)`` on a pooled autocommit connection (runs on a thread)."""
-        with self._engine.connect() as conn:
-            return fn(conn, *args, **kwargs)
 
     # --- ApiVersions, Metadata ---------------------------------------------------------------------
 
@@ -91,19 +86,19 @@ class Handlers:
         )
 
     async def metadata(self, request: Any, response_class: Any) -> Any:
-        known: dict[str, int] = await self._run(self.call, topics.list_topics)
+        known: dict[str, int] = await self._run(self._db.call, topics.list_topics)
         wanted = request.topics
         names = sorted(known) if wanted is None or (request.version == 0 and not wanted) else [t.name for t in wanted]
         missing = [name for name in names if name not in known]
         if missing and self._auto_create is not None and getattr(request, "allow_auto_topic_creation", True):
             for name in missing:
                 try:
-                    await self._run(self.call, topics.create_topic, name=name, partitions=self._auto_create)
+                    await self._run(self._db.call, topics.create_topic, name=name, partitions=self._auto_create)
                 except errors.TopicAlreadyExistsError:
                     pass  # another client's request created it meanwhile
                 except errors.OncelogError as exc:  # not allowed, or not a valid name: unknown, as before
                     logger.info("auto-creating topic %r failed: %s", name, exc)
-            known = await self._run(self.call, topics.list_topics)
+            known = await self._run(self._db.call, topics.list_topics)
         node = self.node
         topic_class = response_class.MetadataResponseTopic
         partition_class = topic_class.MetadataResponsePartition
@@ -164,9 +159,9 @@ class Handlers:
                     request.transactional_id, request.transaction_timeout_ms, current, epoch
                 )
             elif current is not None and current >= 0:
-                ident = await self._run(self.call, log.init_producer_id, producer_id=current, epoch=epoch)
+                ident = await self._run(self._db.call, log.init_producer_id, producer_id=current, epoch=epoch)
             else:
-                ident = await self._run(self.call, log.init_producer_id)
+                ident = await self._run(self._db.call, log.init_producer_id)
         except errors.OncelogError as exc:
             return answer(error_code(exc))
         return answer(NONE, ident.producer_id, ident.epoch)
@@ -217,7 +212,7 @@ class Handlers:
         groups: dict[tuple[int | None, int | None], list[tuple[tuple[str, int], ProducedBatch]]] = {}
         for tp, batch in parsed:
             groups.setdefault((batch.producer_id, batch.producer_epoch), []).append((tp, batch))
-        with self._engine.connect() as conn:
+        with self._db.connect() as conn:
             for (producer_id, epoch), items in groups.items():
                 for start in range(0, len(items), MAX_BATCHES_PER_REQUEST):
                     chunk = items[start : start + MAX_BATCHES_PER_REQUEST]
@@ -290,7 +285,7 @@ class Handlers:
         """(error code, offset, timestamp ms) per partition: -2 the log start, -1 the end (the
         last stable offset for read_committed), a time the first offset at or after it."""
         out: dict[tuple[str, int], tuple[int, int, int]] = {}
-        with self._engine.connect() as conn:
+        with self._db.connect() as conn:
             for t in wanted:
                 try:
                     bounds = {b.partition: b for b in log.list_offsets(conn, topic=t.name)}
@@ -371,7 +366,7 @@ class Handlers:
     ) -> dict[tuple[str, int], tuple[int, PartitionFetch[FetchedRecord] | None, bytes]]:
         """Per partition: (error code, what the store saw, the record set to send)."""
         most = max(1, min(_FETCH_MAX_RECORDS, max(budgets.values(), default=0) // 1024))
-        with self._engine.connect() as conn:
+        with self._db.connect() as conn:
             try:
                 seen = log.fetch_many(conn, positions, max_records=most, read_committed=committed)
                 if any(f.expired_transaction for f in seen.values()) and txn.expire_transactions(conn):

@@ -44,20 +44,16 @@ class TxnHandlers:
     TxnOffsetCommit and EndTxn; and the transaction number a transactional Produce writes in."""
 
     def __init__(self, database: Database, node: Node, run: Callable[..., Any]) -> None:
-        self._engine = database
+        self._db = database
         self._node = node
         self._run = run
         # Read and written on the event loop only: no lock.
         self._slots: dict[str, _Slot] = {}
 
-    def _call(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
-        with self._engine.connect() as conn:
-            return fn(conn, **kwargs)
-
     async def init_producer_id(self, transactional_id: str, timeout_ms: int, producer_id: int, epoch: int) -> Any:
         """InitProducerId with a transactional id (a KIP-360 bump with the current id and epoch)."""
         ident = await self._run(
-            self._call,
+            self._db.call,
             txn.init_producer_id,
             transactional_id=transactional_id,
             transaction_timeout_ms=timeout_ms,
@@ -90,7 +86,7 @@ class TxnHandlers:
         current ones; otherwise the error Kafka's coordinator answers (a fenced instance, an id
         that is not this transactional id's)."""
         status: txn.TransactionStatus = await self._run(
-            self._call, txn.describe_transaction, transactional_id=transactional_id
+            self._db.call, txn.describe_transaction, transactional_id=transactional_id
         )
         if status.producer_id != producer_id:
             raise errors.InvalidProducerIdMappingError(
@@ -112,7 +108,7 @@ class TxnHandlers:
         try:
             number = await self.number(tid, pid, epoch)
             await self._run(
-                self._call,
+                self._db.call,
                 txn.add_partitions_to_txn,
                 transactional_id=tid,
                 producer_id=pid,
@@ -153,7 +149,7 @@ class TxnHandlers:
         try:
             number = await self.number(request.transactional_id, request.producer_id, request.producer_epoch)
             await self._run(
-                self._call,
+                self._db.call,
                 groups.txn_offset_commit,
                 transactional_id=request.transactional_id,
                 producer_id=request.producer_id,
@@ -197,7 +193,7 @@ class TxnHandlers:
             number = slot.number
         try:
             await self._run(
-                self._call,
+                self._db.call,
                 txn.end_txn,
                 transactional_id=tid,
                 producer_id=pid,
