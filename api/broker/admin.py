@@ -1,4 +1,5 @@
-"""Kafka's topic admin APIs over the store: CreateTopics, DeleteTopics, DescribeConfigs.
+"""Kafka's topic admin APIs over the store: CreateTopics, DeleteTopics, CreatePartitions,
+DescribeConfigs, AlterConfigs and IncrementalAlterConfigs.
 
 Topics are the store's (``create_topic_v1`` and the others, which only the admin role may call):
 a broker whose database role is a client's answers them with an authorization error. A topic's
@@ -30,6 +31,24 @@ INVALID_REPLICATION_FACTOR, INVALID_CONFIG, CLUSTER_AUTHORIZATION_FAILED = 38, 4
 _TOPIC, _BROKER = 2, 4
 #: DescribeConfigs config sources: set on the topic, a default.
 _TOPIC_CONFIG, _DEFAULT_CONFIG = 1, 5
+#: IncrementalAlterConfigs operations: SET and DELETE (APPEND and SUBTRACT are for list configs,
+#: and none of the served configs is a list).
+_SET, _DELETE = 0, 1
+
+
+class _BadConfig(Exception):
+    """A config entry the store cannot take: INVALID_CONFIG with this message."""
+
+
+def _store_config(name: str, value: str | None) -> tuple[str, int | None]:
+    """The store's key and value for Kafka's config ``name`` = ``value`` (None: the default)."""
+    key = KAFKA_TOPIC_CONFIGS.get(name)
+    if key is None:
+        raise _BadConfig(f"topic config {name!r} is not served (served: {sorted(KAFKA_TOPIC_CONFIGS)})")
+    try:
+        return key, None if value is None else int(value)
+    except ValueError:
+        raise _BadConfig(f"{name} must be an integer, not {value!r}") from None
 
 
 def _code(exc: errors.OncelogError) -> int:
@@ -64,18 +83,10 @@ class AdminHandlers:
     async def _create(self, topic: Any, validate_only: bool) -> tuple[int, str | None]:
         if topic.replication_factor not in (-1, 1) or topic.assignments:
             return INVALID_REPLICATION_FACTOR, "one replica: PostgreSQL's replication keeps the copies"
-        config: dict[str, int | None] = {}
-        for entry in topic.configs:
-            key = KAFKA_TOPIC_CONFIGS.get(entry.name)
-            if key is None:
-                return (
-                    INVALID_CONFIG,
-                    f"topic config {entry.name!r} is not served (served: {sorted(KAFKA_TOPIC_CONFIGS)})",
-                )
-            try:
-                config[key] = None if entry.value is None else int(entry.value)
-            except ValueError:
-                return INVALID_CONFIG, f"{entry.name} must be an integer, not {entry.value!r}"
+        try:
+            config = dict(_store_config(entry.name, entry.value) for entry in topic.configs)
+        except _BadConfig as exc:
+            return INVALID_CONFIG, str(exc)
         partitions = topic.num_partitions if topic.num_partitions > 0 else 1  # Kafka's num.partitions default
         try:
             if validate_only:
@@ -99,6 +110,80 @@ class AdminHandlers:
             except errors.OncelogError as exc:
                 code, message = _code(exc), exc.message
             results.append(response_class.DeletableTopicResult(name=name, error_code=code, error_message=message))
+        return response_class(version=request.version, throttle_time_ms=0, responses=results)
+
+    async def create_partitions(self, request: Any, response_class: Any) -> Any:
+        results = []
+        for topic in request.topics:
+            code, message = NONE, None
+            if topic.assignments:
+                code, message = INVALID_REPLICATION_FACTOR, "no replica assignments: the store has one copy of each"
+            else:
+                try:
+                    if request.validate_only:
+                        described = await self._run(self._db.call, topics.describe_topic, name=topic.name)
+                        if topic.count <= len(described.partitions):
+                            raise errors.InvalidPartitionsError(
+                                f"topic {topic.name!r} has {len(described.partitions)} partitions already"
+                            )
+                    else:
+                        await self._run(self._db.call, topics.create_partitions, name=topic.name, total=topic.count)
+                except errors.OncelogError as exc:
+                    code, message = _code(exc), exc.message
+            results.append(
+                response_class.CreatePartitionsTopicResult(name=topic.name, error_code=code, error_message=message)
+            )
+        return response_class(version=request.version, throttle_time_ms=0, results=results)
+
+    async def alter_configs(self, request: Any, response_class: Any) -> Any:
+        # AlterConfigs replaces a topic's whole configuration: what it does not name returns to
+        # the default, as in Kafka.
+        def change(resource: Any) -> dict[str, int | None]:
+            config: dict[str, int | None] = dict.fromkeys(KAFKA_TOPIC_CONFIGS.values())
+            config.update(_store_config(c.name, c.value) for c in resource.configs)
+            return config
+
+        return await self._alter(request, response_class, change)
+
+    async def incremental_alter_configs(self, request: Any, response_class: Any) -> Any:
+        def change(resource: Any) -> dict[str, int | None]:
+            config: dict[str, int | None] = {}
+            for c in resource.configs:
+                if c.config_operation not in (_SET, _DELETE):
+                    raise _BadConfig(f"{c.name}: only SET and DELETE apply (it is not a list)")
+                key, value = _store_config(c.name, c.value if c.config_operation == _SET else None)
+                config[key] = value
+            return config
+
+        return await self._alter(request, response_class, change)
+
+    async def _alter(self, request: Any, response_class: Any, change: Callable[[Any], dict[str, int | None]]) -> Any:
+        results = []
+        for resource in request.resources:
+            code, message = NONE, None
+            if resource.resource_type != _TOPIC:
+                code, message = INVALID_CONFIG, "only topic configs can be altered here"
+            else:
+                try:
+                    config = change(resource)
+                    if request.validate_only:
+                        await self._run(self._db.call, topics.describe_topic, name=resource.resource_name)
+                    else:
+                        await self._run(
+                            self._db.call, topics.alter_topic_config, name=resource.resource_name, config=config
+                        )
+                except _BadConfig as exc:
+                    code, message = INVALID_CONFIG, str(exc)
+                except errors.OncelogError as exc:
+                    code, message = _code(exc), exc.message
+            results.append(
+                response_class.AlterConfigsResourceResponse(
+                    error_code=code,
+                    error_message=message,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                )
+            )
         return response_class(version=request.version, throttle_time_ms=0, responses=results)
 
     async def describe_configs(self, request: Any, response_class: Any) -> Any:

@@ -18,12 +18,28 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
 )
 from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.consumer import (
@@ -115,6 +131,14 @@ REQUEST_CLASSES: dict[int, tuple[Any, Any]] = {
         (CreateTopicsRequest, CreateTopicsResponse),
         (DeleteTopicsRequest, DeleteTopicsResponse),
         (DescribeConfigsRequest, DescribeConfigsResponse),
+        (AlterConfigsRequest, AlterConfigsResponse),
+        (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
+        (CreatePartitionsRequest, CreatePartitionsResponse),
+        (DescribeGroupsRequest, DescribeGroupsResponse),
+        (ListGroupsRequest, ListGroupsResponse),
+        (DescribeProducersRequest, DescribeProducersResponse),
+        (DescribeTransactionsRequest, DescribeTransactionsResponse),
+        (ListTransactionsRequest, ListTransactionsResponse),
         (SaslHandshakeRequest, SaslHandshakeResponse),
         (SaslAuthenticateRequest, SaslAuthenticateResponse),
     )
@@ -132,12 +156,13 @@ def peek(frame: bytes) -> tuple[int, int, int]:
     return int(api_key), int(version), int(correlation_id)
 
 
-def decode_request(frame: bytes, request_class: Any, version: int) -> Any:
-    """The request of ``frame`` (its bytes after the size prefix), a ``request_class`` at
-    ``version``. Its header is v2 (tagged fields) exactly when that version is flexible."""
+def decode_request(frame: bytes, request_class: Any, version: int) -> tuple[str | None, Any]:
+    """The client id and the request of ``frame`` (its bytes after the size prefix), a
+    ``request_class`` at ``version``. Its header is v2 (tagged fields) exactly when that version
+    is flexible."""
     stream = io.BytesIO(frame)
-    RequestHeader.decode(stream, flexible=request_class.flexible_version_q(version))
-    return request_class.decode(memoryview(frame)[stream.tell() :], version=version)
+    header = RequestHeader.decode(stream, flexible=request_class.flexible_version_q(version))
+    return header.client_id, request_class.decode(memoryview(frame)[stream.tell() :], version=version)
 
 
 def encode_response(response: Any, correlation_id: int) -> bytes:

@@ -14,6 +14,7 @@ from oncelog import errors
 
 __all__ = [
     "API_RANGES",
+    "CLIENT_ID",
     "ERROR_CODES",
     "INVALID_REQUEST",
     "NONE",
@@ -30,7 +31,7 @@ __all__ = [
 #: (librdkafka turns v2 on only when both are offered, even to a pure producer); Produce 12 and
 #: later need KIP-890's transaction protocol, Fetch 13 and later topic ids.
 API_RANGES: dict[int, tuple[int, int]] = {
-    0: (3, 9),  # Produce
+    0: (3, 11),  # Produce
     1: (4, 12),  # Fetch
     2: (1, 7),  # ListOffsets
     3: (0, 12),  # Metadata
@@ -41,6 +42,8 @@ API_RANGES: dict[int, tuple[int, int]] = {
     12: (0, 3),  # Heartbeat
     13: (0, 1),  # LeaveGroup
     14: (0, 3),  # SyncGroup
+    15: (0, 5),  # DescribeGroups
+    16: (0, 4),  # ListGroups (5: group types, KIP-848)
     17: (1, 1),  # SaslHandshake (v0 sends raw SASL tokens after it: not served)
     18: (0, 3),  # ApiVersions
     19: (0, 5),  # CreateTopics (6 and later: topic ids)
@@ -51,7 +54,13 @@ API_RANGES: dict[int, tuple[int, int]] = {
     26: (0, 4),  # EndTxn (5 and later: KIP-890's epoch bump per transaction)
     28: (0, 3),  # TxnOffsetCommit
     32: (0, 4),  # DescribeConfigs
+    33: (0, 2),  # AlterConfigs
     36: (0, 2),  # SaslAuthenticate
+    37: (0, 3),  # CreatePartitions
+    44: (0, 1),  # IncrementalAlterConfigs
+    61: (0, 0),  # DescribeProducers
+    65: (0, 0),  # DescribeTransactions
+    66: (0, 1),  # ListTransactions (2: a transactional id pattern)
 }
 
 #: Store errors as the Kafka error codes of the same meaning (Kafka's Errors.java).
@@ -146,6 +155,9 @@ def commit_answer(request: Any, response_class: Any, topic_class: Any, code: int
 
 
 T = TypeVar("T")
+
+#: The client id of the request being answered (its header's), which the store keeps for group members.
+CLIENT_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("oncelog_broker_client_id", default=None)
 
 #: The engine of the principal the current connection authenticated as (SASL); None: the broker's own.
 PRINCIPAL_ENGINE: contextvars.ContextVar[sa.Engine | None] = contextvars.ContextVar(

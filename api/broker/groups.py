@@ -29,7 +29,7 @@ from typing import Any
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 
 from oncelog import errors
-from oncelog.broker.common import NONE, Database, Node, commit_answer, committed_offsets, error_code
+from oncelog.broker.common import CLIENT_ID, NONE, Database, Node, commit_answer, committed_offsets, error_code
 from oncelog.store import groups, topics
 
 __all__ = ["GroupHandlers"]
@@ -44,6 +44,8 @@ NO_LEADER = "oncelog-assigns-in-the-store"
 ASSIGNORS = {"range": "range", "roundrobin": "roundrobin", "sticky": "sticky", "cooperative-sticky": "sticky"}
 _COOPERATIVE = {"cooperative-sticky"}
 _GROUP_COORDINATOR = 0
+#: How much of a client id the store keeps (Kafka's header allows 32767 bytes).
+_CLIENT_ID_CHARS = 255
 
 Partitions = frozenset[tuple[str, int]]
 
@@ -108,6 +110,8 @@ class GroupHandlers:
                 assignor=ASSIGNORS[chosen.name],
                 member_id=request.member_id or None,
                 group_instance_id=getattr(request, "group_instance_id", None),
+                # The store prefixes member ids with it: a bounded prefix keeps them indexable.
+                client_id=(CLIENT_ID.get() or "")[:_CLIENT_ID_CHARS] or None,
                 owned=owned,
             )
         except errors.OncelogError as exc:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import ssl
 import struct
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -24,7 +25,8 @@ from oncelog import errors
 from oncelog.broker.admin import AdminHandlers
 from oncelog.broker.auth import PLAIN, Principals, parse_plain
 from oncelog.broker.codec import REQUEST_CLASSES, api_versions_refusal, decode_request, encode_response, peek
-from oncelog.broker.common import API_RANGES, PRINCIPAL_ENGINE, Database, Node
+from oncelog.broker.common import API_RANGES, CLIENT_ID, PRINCIPAL_ENGINE, Database, Node
+from oncelog.broker.describe import DescribeHandlers
 from oncelog.broker.groups import GroupHandlers
 from oncelog.broker.handlers import Handlers
 from oncelog.errors import ConfigurationError
@@ -39,6 +41,8 @@ logger = logging.getLogger(__name__)
 #: is a client speaking something else, and its connection is closed.
 MAX_REQUEST_BYTES = 100 * 1024 * 1024
 _SIZE = struct.Struct(">i")
+#: How long a TLS client may take to finish its handshake.
+_TLS_HANDSHAKE_TIMEOUT_S = 30.0
 _API_VERSIONS = 18
 #: What _answer returns to have the connection closed.
 _CLOSE = object()
@@ -75,8 +79,10 @@ class Broker:
     partitions (Kafka's auto.create.topics.enable and num.partitions); None (the default): never.
     ``principals``: clients must authenticate with SASL/PLAIN as PostgreSQL roles, and each
     connection then reaches the store as its role (:mod:`oncelog.broker.auth`; the broker closes
-    them when it closes); None: every client reaches it as ``engine``'s role. Use as
-    ``async with``, or :meth:`start` and :meth:`close`.
+    them when it closes); None: every client reaches it as ``engine``'s role. ``tls``: clients
+    connect with TLS (Kafka's SSL or, with ``principals``, SASL_SSL; :func:`oncelog.broker.tls.
+    server_tls_context`); None: in plain text. Use as ``async with``, or :meth:`start` and
+    :meth:`close`.
     """
 
     def __init__(
@@ -89,11 +95,13 @@ class Broker:
         threads: int = 8,
         auto_create_partitions: int | None = None,
         principals: Principals | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         # Autocommit: each store call is its own database transaction, as the store's functions
         # are written to be called.
         self._engine = Database(engine.execution_options(isolation_level="AUTOCOMMIT"))
         self._principals = principals
+        self._tls = tls
         self._listen = listen
         self._advertised = advertised
         self._node_id = node_id
@@ -114,7 +122,14 @@ class Broker:
 
     async def start(self) -> None:
         """Bind and start accepting connections."""
-        self._server = await asyncio.start_server(self._serve, self._listen.host, self._listen.port)
+        self._server = await asyncio.start_server(
+            self._serve,
+            self._listen.host,
+            self._listen.port,
+            ssl=self._tls,
+            # A client that connects and never finishes its handshake must not hold a task forever.
+            ssl_handshake_timeout=_TLS_HANDSHAKE_TIMEOUT_S if self._tls is not None else None,
+        )
         node = self._advertised or self.address
         self._handlers = Handlers(
             self._engine, Node(self._node_id, node.host, node.port), self._run, auto_create_partitions=self._auto_create
@@ -122,6 +137,7 @@ class Broker:
         h = self._handlers
         g, t = GroupHandlers(self._engine, h.node, self._run), h.transactions
         a = AdminHandlers(self._engine, self._run)
+        d = DescribeHandlers(self._engine, self._run)
         self._dispatch = {
             0: h.produce,
             1: h.fetch,
@@ -134,6 +150,8 @@ class Broker:
             12: g.heartbeat,
             13: g.leave_group,
             14: g.sync_group,
+            15: d.describe_groups,
+            16: d.list_groups,
             18: h.api_versions,
             19: a.create_topics,
             20: a.delete_topics,
@@ -143,6 +161,12 @@ class Broker:
             26: t.end_txn,
             28: t.txn_offset_commit,
             32: a.describe_configs,
+            33: a.alter_configs,
+            37: a.create_partitions,
+            44: a.incremental_alter_configs,
+            61: d.describe_producers,
+            65: d.describe_transactions,
+            66: d.list_transactions,
             17: self._sasl_handshake,
             36: self._sasl_authenticate,
         }
@@ -230,7 +254,7 @@ class Broker:
                 if isinstance(answer, bytes):
                     writer.write(answer)
                     await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
             return
         finally:
             if task is not None:
@@ -257,12 +281,13 @@ class Broker:
             return _CLOSE
         request_class, response_class = REQUEST_CLASSES[api_key]
         try:
-            request = decode_request(frame, request_class, version)
+            client_id, request = decode_request(frame, request_class, version)
         except Exception:  # whatever the bytes were, they were not this request
             logger.warning(
                 "closing %s: a malformed request (API key %s version %s)", peer, api_key, version, exc_info=True
             )
             return _CLOSE
+        CLIENT_ID.set(client_id)  # this connection's task: its store calls and JoinGroup read it
         try:
             response = await self._dispatch[api_key](request, response_class)
             if response is None:

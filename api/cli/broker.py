@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import os
 import signal
+from pathlib import Path
 
 import click
 
 from oncelog.broker import Broker, parse_listener
 from oncelog.broker.auth import Principals
+from oncelog.broker.tls import server_tls_context
 from oncelog.cli.context import CliContext
 from oncelog.errors import ConfigurationError
 from oncelog.store import create_engine
@@ -19,6 +22,8 @@ from oncelog.store.engine import Timeouts
 #: Each store call the broker makes is bounded like a client's request (statement and lock
 #: timeouts, keepalives): a Kafka client's own request timeout is 30 s.
 _REQUEST_TIMEOUT_MS = 30_000
+#: Where the passphrase of an encrypted --tls-key comes from (never the command line).
+TLS_KEY_PASSWORD_ENV = "ONCELOG_BROKER_TLS_KEY_PASSWORD"  # noqa: S105 - a variable name, not a password
 
 
 @click.command()
@@ -45,6 +50,19 @@ _REQUEST_TIMEOUT_MS = 30_000
     "store as their role: its ACLs and ownership rules apply to them.",
 )
 @click.option(
+    "--tls-cert",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="PEM certificate chain: clients connect with TLS (security.protocol SSL, or SASL_SSL with "
+    "--sasl-plain). A passphrase of the key is read from ONCELOG_BROKER_TLS_KEY_PASSWORD.",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="PEM private key of --tls-cert, when it is not in the same file.",
+)
+@click.option(
     "--allow-unauthenticated",
     is_flag=True,
     help="Listen on an address other than loopback without --sasl-plain: every client then acts as the "
@@ -58,6 +76,8 @@ def broker(  # noqa: PLR0917 - click passes each option as an argument
     node_id: int,
     auto_create: int | None,
     sasl_plain: bool,
+    tls_cert: Path | None,
+    tls_key: Path | None,
     allow_unauthenticated: bool,
 ) -> None:
     """Serve the Kafka protocol on --listen: Kafka's clients write and read the store's log.
@@ -73,6 +93,13 @@ def broker(  # noqa: PLR0917 - click passes each option as an argument
             "PostgreSQL roles) or --allow-unauthenticated",
             param_hint="--listen",
         )
+    if tls_key is not None and tls_cert is None:
+        raise click.BadParameter("a key needs its certificate: add --tls-cert", param_hint="--tls-key")
+    tls = (
+        server_tls_context(tls_cert, tls_key, key_password=os.environ.get(TLS_KEY_PASSWORD_ENV))
+        if tls_cert is not None
+        else None
+    )
     obj.engine()  # start and migrate the embedded server if that is what we use
     principals = Principals(obj.url(), schema=obj.schema) if sasl_plain else None
     engine = create_engine(
@@ -86,6 +113,7 @@ def broker(  # noqa: PLR0917 - click passes each option as an argument
             node_id=node_id,
             auto_create_partitions=auto_create,
             principals=principals,
+            tls=tls,
         )
         asyncio.run(_serve(server))
     finally:

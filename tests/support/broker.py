@@ -17,13 +17,15 @@ running_broker = serve_in_thread
 
 
 @contextlib.contextmanager
-def broker_command(db_url: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """Start ``oncelog broker --listen 127.0.0.1:0`` over ``db_url``; yield the process and the
-    address it listens on (read from its first line on stderr). Killed afterwards if still running."""
-    env = {**os.environ, "ONCELOG_DATABASE_URL": db_url}
+def broker_command(
+    db_url: str, *args: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """Start ``oncelog broker --listen 127.0.0.1:0 ARGS...`` over ``db_url`` (with ``env`` added to
+    the environment); yield the process and the address it listens on (read from its first line
+    on stderr). Killed afterwards if still running."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "oncelog", "broker", "--listen", "127.0.0.1:0"],
-        env=env,
+        [sys.executable, "-m", "oncelog", "broker", "--listen", "127.0.0.1:0", *args],
+        env={**os.environ, "ONCELOG_DATABASE_URL": db_url, **(env or {})},
         stderr=subprocess.PIPE,
         text=True,
     )

@@ -1,0 +1,224 @@
+"""``oncelog broker``: Kafka's admin and inspection APIs (DescribeGroups, ListGroups,
+DescribeProducers, DescribeTransactions, ListTransactions, CreatePartitions, AlterConfigs,
+IncrementalAlterConfigs) through kafka-python's and confluent-kafka's admin clients, each answer
+checked against what oncelog's own API says of the same store."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import ConsumerGroupState
+
+# confluent_kafka.admin re-exports these without an __all__, which mypy does not count as exported.
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ResourceType,
+)
+from confluent_kafka.admin import ConfigResource as CKConfigResource  # type: ignore[attr-defined]
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KTopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions
+
+import oncelog
+from oncelog.store import create_engine, txn
+from tests.support.broker import running_broker
+from tests.support.roles import login_roles
+
+TOPIC = "ledger"
+
+
+@pytest.fixture
+def broker(db_url: str) -> Iterator[str]:
+    """A broker over this test's database, with a two-partition topic; its bootstrap address."""
+    with oncelog.Admin(db_url) as admin:
+        admin.create_topic(TOPIC, partitions=2)
+    with running_broker(db_url) as address:
+        yield address
+
+
+@pytest.fixture
+def kadmin(broker: str) -> Iterator[KafkaAdminClient]:
+    """kafka-python's admin client of the broker."""
+    admin = KafkaAdminClient(bootstrap_servers=broker)
+    try:
+        yield admin
+    finally:
+        admin.close()
+
+
+@pytest.mark.timeout(120)
+def test_transactions_and_producer_state_are_described_as_the_store_holds_them(
+    db_url: str, broker: str, kadmin: KafkaAdminClient
+) -> None:
+    done = KafkaProducer(bootstrap_servers=broker, transactional_id="tx-done")
+    done.init_transactions()
+    done.begin_transaction()
+    done.send(TOPIC, b"kept", partition=0)
+    done.commit_transaction()
+    done.close()
+    open_ = KafkaProducer(bootstrap_servers=broker, transactional_id="tx-open")
+    open_.init_transactions()
+    open_.begin_transaction()
+    open_.send(TOPIC, b"pending", partition=1)
+    open_.flush()
+    try:
+        engine = create_engine(db_url)
+        try:
+            with engine.connect() as conn:
+                ours = {tid: txn.describe_transaction(conn, transactional_id=tid) for tid in ("tx-done", "tx-open")}
+        finally:
+            engine.dispose()
+
+        listed = {t.transactional_id: t for t in kadmin.list_transactions()[1]}
+        assert {tid: (t.producer_id, str(t.state.value)) for tid, t in listed.items()} == {
+            tid: (s.producer_id, s.state) for tid, s in ours.items()
+        }
+        assert ours["tx-open"].state == "Ongoing" and ours["tx-done"].state == "CompleteCommit"
+        only_open = kadmin.list_transactions(state_filters=["Ongoing"])[1]
+        assert [t.transactional_id for t in only_open] == ["tx-open"]
+        by_producer = kadmin.list_transactions(producer_id_filters=[ours["tx-done"].producer_id])[1]
+        assert [t.transactional_id for t in by_producer] == ["tx-done"]
+
+        described = kadmin.describe_transactions(["tx-open"])["tx-open"]
+        assert described.producer_id == ours["tx-open"].producer_id
+        assert described.producer_epoch == ours["tx-open"].producer_epoch
+        assert described.topic_partitions == {KTopicPartition(TOPIC, 1)}
+        assert described.transaction_start_time_ms > 0
+        with pytest.raises(Exception, match=r"(?i)TransactionalIdNotFound"):
+            kadmin.describe_transactions(["tx-never"])
+
+        producers = kadmin.describe_producers([KTopicPartition(TOPIC, 0), KTopicPartition(TOPIC, 1)])
+        on_1 = producers[KTopicPartition(TOPIC, 1)].active_producers
+        assert [(p.producer_id, p.last_sequence, p.current_transaction_start_offset) for p in on_1] == [
+            (ours["tx-open"].producer_id, 0, 0)
+        ]
+        on_0 = producers[KTopicPartition(TOPIC, 0)].active_producers
+        assert [(p.producer_id, p.current_transaction_start_offset) for p in on_0] == [
+            (ours["tx-done"].producer_id, -1)  # its transaction is over
+        ]
+    finally:
+        open_.abort_transaction()
+        open_.close()
+
+
+@pytest.mark.timeout(120)
+def test_groups_are_listed_and_described_with_the_stores_assignment(
+    db_url: str, broker: str, kadmin: KafkaAdminClient
+) -> None:
+    consumer = KafkaConsumer(TOPIC, bootstrap_servers=broker, group_id="auditors", client_id="auditor-1")
+    try:
+        deadline = time.monotonic() + 30
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(200)
+        assert consumer.assignment() == {KTopicPartition(TOPIC, 0), KTopicPartition(TOPIC, 1)}
+        with oncelog.Admin(db_url) as admin:
+            ours = admin.describe_group("auditors")
+
+        described = kadmin.describe_groups(["auditors", "nobody-here"])
+        group = described["auditors"]
+        assert (group["group_state"], group["protocol_type"], group["protocol_data"]) == (
+            "Stable",
+            "consumer",
+            ours.assignor,
+        )
+        (member,) = group["members"]
+        assert (member["member_id"], member["client_id"]) == (ours.members[0].member_id, "auditor-1")
+        assert member["member_metadata"]["topics"] == [TOPIC]
+        assert member["member_assignment"]["assigned_partitions"] == [{"topic": TOPIC, "partitions": [0, 1]}]
+        assert described["nobody-here"]["group_state"] == "Dead"  # as Kafka describes an unknown group
+
+        assert {"group_id": "auditors", "protocol_type": "consumer", "group_state": "Stable"} in kadmin.list_groups()
+
+        ck_admin = AdminClient({"bootstrap.servers": broker})
+        listed = ck_admin.list_consumer_groups().result(30)
+        assert [(g.group_id, g.state) for g in listed.valid] == [("auditors", ConsumerGroupState.STABLE)]
+        ck_group = ck_admin.describe_consumer_groups(["auditors"])["auditors"].result(30)
+        assert ck_group.state == ConsumerGroupState.STABLE
+        assert sorted((tp.topic, tp.partition) for tp in ck_group.members[0].assignment.topic_partitions) == [
+            (TOPIC, 0),
+            (TOPIC, 1),
+        ]
+    finally:
+        consumer.close()
+
+
+@pytest.mark.timeout(120)
+def test_partitions_and_configs_change_through_both_admin_clients(
+    db_url: str, broker: str, kadmin: KafkaAdminClient
+) -> None:
+    kadmin.create_partitions({TOPIC: NewPartitions(4)})
+    with pytest.raises(Exception, match=r"(?i)partition"):
+        kadmin.create_partitions({TOPIC: NewPartitions(3)})  # fewer than it has
+    kadmin.create_partitions({TOPIC: NewPartitions(9)}, validate_only=True)
+
+    ck_admin = AdminClient({"bootstrap.servers": broker})
+    change = CKConfigResource(
+        ResourceType.TOPIC,
+        TOPIC,
+        incremental_configs=[
+            ConfigEntry("retention.ms", "5000", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("retention.bytes", "4096", incremental_operation=AlterConfigOpType.SET),
+        ],
+    )
+    for future in ck_admin.incremental_alter_configs([change]).values():
+        future.result(30)
+    with oncelog.Admin(db_url) as admin:
+        described = admin.describe_topic(TOPIC)
+    assert len(described.partitions) == 4
+    assert (described.config["retention_ms"], described.config["retention_bytes"]) == (5000, 4096)
+
+    # AlterConfigs (not incremental) replaces the whole set. kafka-python's client resends the
+    # settings the topic has of its own, so they stay; librdkafka's sends only what it is given,
+    # so the rest returns to the defaults (retention.bytes: no limit).
+    kadmin.alter_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, TOPIC, configs={"retention.ms": "6000"})], incremental=False
+    )
+    with oncelog.Admin(db_url) as admin:
+        described = admin.describe_topic(TOPIC)
+    assert (described.config["retention_ms"], described.config["retention_bytes"]) == (6000, 4096)
+    replace = CKConfigResource(ResourceType.TOPIC, TOPIC, set_config={"retention.ms": "7000"})
+    with pytest.deprecated_call():  # librdkafka keeps AlterConfigs, deprecated for the incremental one
+        futures = ck_admin.alter_configs([replace])
+    for future in futures.values():
+        future.result(30)
+    with oncelog.Admin(db_url) as admin:
+        described = admin.describe_topic(TOPIC)
+    assert (described.config["retention_ms"], described.config["retention_bytes"]) == (7000, None)
+
+    bad = CKConfigResource(
+        ResourceType.TOPIC,
+        TOPIC,
+        incremental_configs=[ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)],
+    )
+    with pytest.raises(Exception, match=r"cleanup\.policy"):
+        for future in ck_admin.incremental_alter_configs([bad]).values():
+            future.result(30)
+    with oncelog.Admin(db_url) as admin:
+        assert admin.describe_topic(TOPIC).config["retention_ms"] == 7000  # the refusal changed nothing
+
+
+@pytest.mark.timeout(120)
+def test_a_client_role_may_list_transactions_but_not_read_producer_state(db_url: str, engine: Any, broker: str) -> None:
+    with login_roles(engine, db_url, ("client",)) as urls, running_broker(urls["client"]) as address:
+        producer = KafkaProducer(bootstrap_servers=address, transactional_id="tx-client")
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(TOPIC, b"x", partition=0)
+        producer.commit_transaction()
+        producer.close()
+        admin = KafkaAdminClient(bootstrap_servers=address)
+        try:
+            assert [t.transactional_id for t in admin.list_transactions()[1]] == ["tx-client"]
+            with pytest.raises(Exception, match=r"(?i)TopicAuthorization"):
+                admin.describe_producers([KTopicPartition(TOPIC, 0)])
+            with pytest.raises(Exception, match=r"(?i)authoriz"):
+                admin.create_partitions({TOPIC: NewPartitions(3)})
+        finally:
+            admin.close()
+    with oncelog.Admin(db_url) as ours:
+        assert len(ours.describe_topic(TOPIC).partitions) == 2
