@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+import sqlalchemy as sa
+
 from oncelog import errors
 from oncelog.broker.codec import (
     BadBatch,
@@ -213,24 +215,65 @@ class Handlers:
         for tp, batch in parsed:
             groups.setdefault((batch.producer_id, batch.producer_epoch), []).append((tp, batch))
         with self._db.connect() as conn:
-            for (producer_id, epoch), items in groups.items():
+            for items in groups.values():
                 for start in range(0, len(items), MAX_BATCHES_PER_REQUEST):
                     chunk = items[start : start + MAX_BATCHES_PER_REQUEST]
-                    try:
-                        answers = log.produce_batches(
-                            conn,
-                            batches=[ProduceBatch(t, p, b.base_sequence, b.records) for (t, p), b in chunk],
-                            producer_id=producer_id,
-                            producer_epoch=epoch,
-                            transactional_id=transactional_id,
-                            txn_number=number,
-                        )
-                    except errors.OncelogError as exc:
-                        out += [(tp, exc) for tp, _ in chunk]
-                        continue
+                    answers = self._append_chunk(conn, chunk, transactional_id, number)
+                    if transactional_id is None and self._bumped_locally(conn, chunk, answers):
+                        answers = self._append_chunk(conn, chunk, None, None)
                     for (tp, _), answer in zip(chunk, answers, strict=True):
                         out.append((tp, answer if isinstance(answer, BaseException) else answer.base_offset))
         return out
+
+    @staticmethod
+    def _append_chunk(
+        conn: sa.Connection,
+        chunk: list[tuple[tuple[str, int], ProducedBatch]],
+        transactional_id: str | None,
+        number: int | None,
+    ) -> list[Any]:
+        """The store's answer to one producer identity's batches: each one's result or error."""
+        first = chunk[0][1]
+        try:
+            return log.produce_batches(
+                conn,
+                batches=[ProduceBatch(t, p, b.base_sequence, b.records) for (t, p), b in chunk],
+                producer_id=first.producer_id,
+                producer_epoch=first.producer_epoch,
+                transactional_id=transactional_id,
+                txn_number=number,
+            )
+        except errors.OncelogError as exc:
+            return [exc] * len(chunk)
+
+    @staticmethod
+    def _bumped_locally(
+        conn: sa.Connection, chunk: list[tuple[tuple[str, int], ProducedBatch]], answers: list[Any]
+    ) -> bool:
+        """Whether an idempotent producer's batches were refused for an epoch it bumped itself,
+        and the store has now made that bump its own.
+
+        Kafka's Java idempotent producer, after an OutOfOrderSequence or UnknownProducerId, takes
+        the next epoch of its producer id on its own and restarts every partition at sequence 0;
+        Kafka's brokers accept such a batch. The store refuses epochs it did not issue
+        (deviation 3), so the broker asks the store for that bump, as a KIP-360 InitProducerId
+        with the id and the epoch before: the store checks that epoch is the current one and
+        fences the older epoch's appends, exactly as when a client asks. Only when the store's
+        answer is the very epoch the batches carry (not a new producer id) are they sent again.
+        """
+        first = chunk[0][1]
+        pid, epoch = first.producer_id, first.producer_epoch
+        if pid is None or pid < 0 or epoch is None or epoch <= 0:
+            return False
+        if not all(isinstance(a, errors.InvalidProducerEpochError) for a in answers):
+            return False
+        if any(b.base_sequence != 0 for _, b in chunk):
+            return False
+        try:
+            bumped = log.init_producer_id(conn, producer_id=pid, epoch=epoch - 1)
+        except errors.OncelogError:
+            return False
+        return (bumped.producer_id, bumped.epoch) == (pid, epoch)
 
     @staticmethod
     def _produce_response(

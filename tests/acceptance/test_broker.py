@@ -349,6 +349,37 @@ def test_a_resent_batch_is_answered_as_a_duplicate_and_a_gap_is_refused(db_url: 
 
 
 @pytest.mark.timeout(60)
+def test_an_epoch_an_idempotent_producer_bumped_itself_is_taken_once_the_store_issued_it(
+    db_url: str, broker: str
+) -> None:
+    """Kafka's Java idempotent producer bumps its epoch itself after an OutOfOrderSequence and
+    restarts at sequence 0: the broker has the store issue that epoch (KIP-360's bump), so the
+    older epoch is fenced, and refuses every other epoch the store did not issue."""
+    wire = _Wire(broker)
+    try:
+        ident = wire.call(
+            InitProducerIdRequest(version=4, transactional_id=None, transaction_timeout_ms=60_000),
+            InitProducerIdResponse,
+        )
+        pid, epoch = ident.producer_id, ident.producer_epoch
+        assert _produce(wire, _batch(pid, epoch, 0, [b"e0-a", b"e0-b"])).error_code == 0
+        assert _produce(wire, _batch(pid, epoch, 9, [b"lost"])).error_code == 45  # the client then bumps
+        assert _produce(wire, _batch(pid, epoch + 2, 0, [b"skips an epoch"])).error_code == 47
+        assert _produce(wire, _batch(pid, epoch + 1, 3, [b"not from 0"])).error_code == 47
+        bumped = _produce(wire, _batch(pid, epoch + 1, 0, [b"e1-a"]))
+        assert (bumped.error_code, bumped.base_offset) == (0, 2)
+        assert _produce(wire, _batch(pid, epoch + 1, 0, [b"e1-a"])).base_offset == 2  # a resend: a duplicate
+        assert _produce(wire, _batch(pid, epoch + 1, 1, [b"e1-b"])).error_code == 0
+        assert _produce(wire, _batch(pid, epoch, 2, [b"zombie"])).error_code == 47  # the old epoch is fenced
+    finally:
+        wire.close()
+    assert [r.value for r in read_partition(db_url, TOPIC, 2)] == [b"e0-a", b"e0-b", b"e1-a", b"e1-b"]
+    with oncelog.Admin(db_url) as admin:
+        (state,) = admin.describe_producers(TOPIC, 2)
+    assert (state.producer_id, state.producer_epoch) == (pid, epoch + 1)
+
+
+@pytest.mark.timeout(60)
 def test_api_versions_the_table_and_a_too_new_version(broker: str) -> None:
     wire = _Wire(broker)
     try:
