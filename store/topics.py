@@ -20,6 +20,14 @@ TOPIC_CONFIG_KEYS = ("max_message_bytes", "retention_ms", "retention_bytes", "me
 
 TopicConfig = Mapping[str, int | None]
 
+#: The defaults of the settings the table declares one for (the others default to NULL: retention
+#: follows the store-wide setting, no size limit).
+COLUMN_DEFAULTS: dict[str, int] = {
+    k: int(default.arg.text)
+    for k in TOPIC_CONFIG_KEYS
+    if isinstance(default := topics.c[k].server_default, sa.DefaultClause) and isinstance(default.arg, sa.TextClause)
+}
+
 
 @dataclass(frozen=True, slots=True)
 class PartitionDescription:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from oncelog import errors
-from oncelog.broker.common import NONE, Database, error_code
+from oncelog.broker.common import NONE, Database, Node, error_code
 from oncelog.store import topics
 
 __all__ = ["KAFKA_TOPIC_CONFIGS", "AdminHandlers"]
@@ -29,8 +29,16 @@ KAFKA_TOPIC_CONFIGS = {
 INVALID_REPLICATION_FACTOR, INVALID_CONFIG, CLUSTER_AUTHORIZATION_FAILED = 38, 40, 31
 #: DescribeConfigs resource types: a topic, a broker.
 _TOPIC, _BROKER = 2, 4
-#: DescribeConfigs config sources: set on the topic, a default.
-_TOPIC_CONFIG, _DEFAULT_CONFIG = 1, 5
+#: DescribeConfigs config sources: set on the topic, the broker's command line, a default.
+_TOPIC_CONFIG, _STATIC_BROKER_CONFIG, _DEFAULT_CONFIG = 1, 4, 5
+#: DescribeConfigs (v3 and later) config types.
+_BOOLEAN, _INT, _LONG, _LIST = 1, 3, 5, 7
+_TOPIC_CONFIG_TYPES = {
+    "max.message.bytes": _INT,
+    "retention.ms": _LONG,
+    "retention.bytes": _LONG,
+    "message.timestamp.after.max.ms": _LONG,
+}
 #: IncrementalAlterConfigs operations: SET and DELETE (APPEND and SUBTRACT are for list configs,
 #: and none of the served configs is a list).
 _SET, _DELETE = 0, 1
@@ -51,6 +59,18 @@ def _store_config(name: str, value: str | None) -> tuple[str, int | None]:
         raise _BadConfig(f"{name} must be an integer, not {value!r}") from None
 
 
+def _at_default(key: str, value: int | None, following: frozenset[str]) -> bool:
+    """Whether a topic setting is at its default, as DescribeConfigs reports it: retention_ms
+    when it follows the store-wide setting (None in ``config`` is an explicit "for ever" there),
+    retention_bytes without a limit, the others at their column's default. The store keeps no
+    mark of a value set explicitly, so one set to the default reads as the default."""
+    if key == "retention_ms":
+        return key in following
+    if key == "retention_bytes":
+        return value is None
+    return value == topics.COLUMN_DEFAULTS.get(key)
+
+
 def _code(exc: errors.OncelogError) -> int:
     if isinstance(exc, errors.AuthorizationError) and not isinstance(exc, errors.TopicAuthorizationError):
         return CLUSTER_AUTHORIZATION_FAILED  # the admin role is Kafka's cluster permission
@@ -58,11 +78,42 @@ def _code(exc: errors.OncelogError) -> int:
 
 
 class AdminHandlers:
-    """CreateTopics, DeleteTopics and DescribeConfigs."""
+    """CreateTopics, DeleteTopics, CreatePartitions and the config APIs, for topics; a broker's
+    settings (its command line's) are described, read-only."""
 
-    def __init__(self, database: Database, run: Callable[..., Any]) -> None:
+    def __init__(
+        self,
+        database: Database,
+        run: Callable[..., Any],
+        *,
+        node: Node,
+        security_protocol: str = "PLAINTEXT",
+        auto_create_partitions: int | None = None,
+    ) -> None:
         self._db = database
         self._run = run
+        self._node = node
+        self._security_protocol = security_protocol
+        self._auto_create = auto_create_partitions
+
+    def _broker_configs(self) -> list[tuple[str, str, int, int]]:
+        """This broker's settings under Kafka's names: (name, value, type, source). They come from
+        its command line, so they are read-only (STATIC_BROKER_CONFIG), as in Kafka 4."""
+        node, auto = self._node, self._auto_create is not None
+        from_command = _STATIC_BROKER_CONFIG if auto else _DEFAULT_CONFIG
+        return [
+            (
+                "advertised.listeners",
+                f"{self._security_protocol}://{node.host}:{node.port}",
+                _LIST,
+                _STATIC_BROKER_CONFIG,
+            ),
+            ("node.id", str(node.node_id), _INT, _STATIC_BROKER_CONFIG),
+            ("broker.id", str(node.node_id), _INT, _STATIC_BROKER_CONFIG),
+            ("auto.create.topics.enable", "true" if auto else "false", _BOOLEAN, from_command),
+            ("num.partitions", str(self._auto_create or 1), _INT, from_command),
+            ("default.replication.factor", "1", _INT, _DEFAULT_CONFIG),
+        ]
 
     async def create_topics(self, request: Any, response_class: Any) -> Any:
         results = []
@@ -116,8 +167,10 @@ class AdminHandlers:
         results = []
         for topic in request.topics:
             code, message = NONE, None
-            if topic.assignments:
-                code, message = INVALID_REPLICATION_FACTOR, "no replica assignments: the store has one copy of each"
+            here = [self._node.node_id]
+            if any(list(a.broker_ids) != here for a in topic.assignments or ()):
+                # The one replica there is, this broker, is the only assignment there can be.
+                code, message = INVALID_REPLICATION_FACTOR, f"each new partition's one replica is broker {here[0]}"
             else:
                 try:
                     if request.validate_only:
@@ -191,30 +244,26 @@ class AdminHandlers:
         entry_class = result_class.DescribeConfigsResourceResult
         results = []
         for resource in request.resources:
-            code, message, entries = NONE, None, []
+            code, message = NONE, None
+            entries: list[tuple[str, str, int, int, bool]] = []
             if resource.resource_type == _TOPIC:
                 try:
                     described = await self._run(self._db.call, topics.describe_topic, name=resource.resource_name)
                 except errors.OncelogError as exc:
                     code, message = _code(exc), exc.message
                 else:
-                    wanted = resource.configuration_keys
                     for kafka_name, key in KAFKA_TOPIC_CONFIGS.items():
-                        if wanted is not None and kafka_name not in wanted:
-                            continue
                         value = described.config.get(key)
-                        entries.append(
-                            entry_class(
-                                name=kafka_name,
-                                value="-1" if value is None else str(value),
-                                read_only=False,
-                                is_default=key in described.defaults,
-                                config_source=_DEFAULT_CONFIG if key in described.defaults else _TOPIC_CONFIG,
-                                is_sensitive=False,
-                                synonyms=[],
-                            )
-                        )
-            elif resource.resource_type != _BROKER:
+                        default = _at_default(key, value, described.defaults)
+                        source = _DEFAULT_CONFIG if default else _TOPIC_CONFIG
+                        value_text = "-1" if value is None else str(value)
+                        entries.append((kafka_name, value_text, _TOPIC_CONFIG_TYPES[kafka_name], source, False))
+            elif resource.resource_type == _BROKER:
+                if resource.resource_name not in ("", str(self._node.node_id)):
+                    code, message = INVALID_CONFIG, f"this is broker {self._node.node_id}, not {resource.resource_name}"
+                else:
+                    entries = [(*entry, True) for entry in self._broker_configs()]
+            else:
                 code, message = INVALID_CONFIG, f"resource type {resource.resource_type} has no configs here"
             results.append(
                 result_class(
@@ -222,7 +271,21 @@ class AdminHandlers:
                     error_message=message,
                     resource_type=resource.resource_type,
                     resource_name=resource.resource_name,
-                    configs=entries,
+                    configs=[
+                        entry_class(
+                            name=name,
+                            value=value,
+                            read_only=read_only,
+                            is_default=source == _DEFAULT_CONFIG,
+                            config_source=source,
+                            is_sensitive=False,
+                            synonyms=[],
+                            config_type=config_type,
+                            documentation=None,
+                        )
+                        for name, value, config_type, source, read_only in entries
+                        if resource.configuration_keys is None or name in resource.configuration_keys
+                    ],
                 )
             )
         return response_class(version=request.version, throttle_time_ms=0, results=results)

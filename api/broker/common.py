@@ -53,6 +53,9 @@ API_RANGES: dict[int, tuple[int, int]] = {
     25: (0, 3),  # AddOffsetsToTxn
     26: (0, 4),  # EndTxn (5 and later: KIP-890's epoch bump per transaction)
     28: (0, 3),  # TxnOffsetCommit
+    29: (0, 3),  # DescribeAcls
+    30: (0, 3),  # CreateAcls
+    31: (0, 3),  # DeleteAcls
     32: (0, 4),  # DescribeConfigs
     33: (0, 2),  # AlterConfigs
     36: (0, 2),  # SaslAuthenticate
@@ -61,6 +64,7 @@ API_RANGES: dict[int, tuple[int, int]] = {
     61: (0, 0),  # DescribeProducers
     65: (0, 0),  # DescribeTransactions
     66: (0, 1),  # ListTransactions (2: a transactional id pattern)
+    75: (0, 0),  # DescribeTopicPartitions (KIP-966): Metadata's partitions, paged
 }
 
 #: Store errors as the Kafka error codes of the same meaning (Kafka's Errors.java).

@@ -55,6 +55,15 @@ _FETCH_MAX_WAIT_S = 30.0
 _FETCH_MAX_RECORDS = 1000
 
 
+#: DescribeTopicPartitions' page size when the request names none (Kafka's default limit).
+_PARTITION_PAGE = 2000
+
+
+def _topic_id(name: str) -> uuid.UUID:
+    """A topic's id in Metadata: derived from its name, so every broker answers the same one."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"oncelog:{name}")
+
+
 class Handlers:
     """One method per API; each takes the decoded request and returns the response (None: no
     response, for acks=0 produce). ``run(fn, *args)`` runs ``fn(conn, *args)`` on a connection of
@@ -103,29 +112,15 @@ class Handlers:
             known = await self._run(self._db.call, topics.list_topics)
         node = self.node
         topic_class = response_class.MetadataResponseTopic
-        partition_class = topic_class.MetadataResponsePartition
         out = []
         for name in names:
             count = known.get(name)
-            parts = [
-                partition_class(
-                    error_code=NONE,
-                    partition_index=p,
-                    leader_id=node.node_id,
-                    leader_epoch=0,
-                    replica_nodes=[node.node_id],
-                    isr_nodes=[node.node_id],
-                    offline_replicas=[],
-                )
-                for p in range(count or 0)
-            ]
+            parts = [self._led_here(topic_class.MetadataResponsePartition, p) for p in range(count or 0)]
             out.append(
                 topic_class(
                     error_code=NONE if count is not None else UNKNOWN_TOPIC_OR_PARTITION,
                     name=name,
-                    topic_id=uuid.uuid5(uuid.NAMESPACE_URL, f"oncelog:{name}")
-                    if count is not None
-                    else uuid.UUID(int=0),
+                    topic_id=_topic_id(name) if count is not None else uuid.UUID(int=0),
                     is_internal=False,
                     partitions=parts,
                 )
@@ -140,6 +135,60 @@ class Handlers:
             controller_id=node.node_id,
             topics=out,
         )
+
+    def _led_here(self, partition_class: Any, index: int) -> Any:
+        # Every partition has one replica, this broker, which leads it.
+        node_id = self.node.node_id
+        return partition_class(
+            error_code=NONE,
+            partition_index=index,
+            leader_id=node_id,
+            leader_epoch=0,
+            replica_nodes=[node_id],
+            isr_nodes=[node_id],
+            offline_replicas=[],
+        )
+
+    async def describe_topic_partitions(self, request: Any, response_class: Any) -> Any:
+        """DescribeTopicPartitions (KIP-966): Metadata's partitions, in topic name order, at most
+        ``response_partition_limit`` of them, from the request's cursor on; the answer's cursor
+        names where the next page starts."""
+        known: dict[str, int] = await self._run(self._db.call, topics.list_topics)
+        names = sorted({t.name for t in request.topics}) if request.topics else sorted(known)
+        cursor = request.cursor
+        if cursor is not None:
+            names = [n for n in names if n >= cursor.topic_name]
+        budget = request.response_partition_limit if request.response_partition_limit > 0 else _PARTITION_PAGE
+        topic_class = response_class.DescribeTopicPartitionsResponseTopic
+        out, next_cursor = [], None
+        for name in names:
+            count = known.get(name)
+            if count is None:
+                out.append(
+                    topic_class(
+                        error_code=UNKNOWN_TOPIC_OR_PARTITION,
+                        name=name,
+                        topic_id=uuid.UUID(int=0),
+                        is_internal=False,
+                        partitions=[],
+                    )
+                )
+                continue
+            first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+            if budget == 0:
+                next_cursor = response_class.Cursor(topic_name=name, partition_index=first)
+                break
+            last = min(count, first + budget)
+            partition_class = topic_class.DescribeTopicPartitionsResponsePartition
+            parts = [self._led_here(partition_class, p) for p in range(first, last)]
+            budget -= len(parts)
+            out.append(
+                topic_class(error_code=NONE, name=name, topic_id=_topic_id(name), is_internal=False, partitions=parts)
+            )
+            if last < count:
+                next_cursor = response_class.Cursor(topic_name=name, partition_index=last)
+                break
+        return response_class(version=request.version, throttle_time_ms=0, topics=out, next_cursor=next_cursor)
 
     # --- InitProducerId ------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from oncelog import errors
+from oncelog.broker.acls import AclHandlers
 from oncelog.broker.admin import AdminHandlers
 from oncelog.broker.auth import PLAIN, Principals, parse_plain
 from oncelog.broker.codec import REQUEST_CLASSES, api_versions_refusal, decode_request, encode_response, peek
@@ -136,8 +137,17 @@ class Broker:
         )
         h = self._handlers
         g, t = GroupHandlers(self._engine, h.node, self._run), h.transactions
-        a = AdminHandlers(self._engine, self._run)
+        # Kafka's name of this listener's security protocol: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL.
+        protocol = ("SASL_" if self._principals is not None else "") + ("SSL" if self._tls is not None else "PLAINTEXT")
+        a = AdminHandlers(
+            self._engine,
+            self._run,
+            node=h.node,
+            security_protocol=protocol,
+            auto_create_partitions=self._auto_create,
+        )
         d = DescribeHandlers(self._engine, self._run)
+        acls = AclHandlers(self._engine, self._run)
         self._dispatch = {
             0: h.produce,
             1: h.fetch,
@@ -160,6 +170,9 @@ class Broker:
             25: t.add_offsets,
             26: t.end_txn,
             28: t.txn_offset_commit,
+            29: acls.describe_acls,
+            30: acls.create_acls,
+            31: acls.delete_acls,
             32: a.describe_configs,
             33: a.alter_configs,
             37: a.create_partitions,
@@ -167,6 +180,7 @@ class Broker:
             61: d.describe_producers,
             65: d.describe_transactions,
             66: d.list_transactions,
+            75: h.describe_topic_partitions,
             17: self._sasl_handshake,
             36: self._sasl_authenticate,
         }

@@ -879,7 +879,7 @@ def test_kafka_python_admin_creates_describes_and_deletes_topics(db_url: str, br
         with oncelog.Admin(db_url) as ours:
             described = ours.describe_topic("audit")
             assert len(described.partitions) == 2 and described.config["retention_ms"] == 3_600_000
-        configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "audit")])
+        configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "audit")], config_filter="all")
         entries = next(iter(next(iter(configs.values())).values()))  # {type: {name: {key: data}}}
         assert entries["retention.ms"]["value"] == "3600000"
         assert entries["max.message.bytes"]["value"] == "1048588"  # the store's default, as Kafka's

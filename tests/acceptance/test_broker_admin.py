@@ -5,31 +5,42 @@ checked against what oncelog's own API says of the same store."""
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import ConsumerGroupState
-
-# confluent_kafka.admin re-exports these without an __all__, which mypy does not count as exported.
-from confluent_kafka.admin import (  # type: ignore[attr-defined]
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ResourceType,
-)
-from confluent_kafka.admin import ConfigResource as CKConfigResource  # type: ignore[attr-defined]
+import sqlalchemy as sa
+from confluent_kafka import ConsumerGroupState, KafkaException
+from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
-from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions
+from kafka.admin import (
+    ACL,
+    ACLFilter,
+    ACLOperation,
+    ACLPermissionType,
+    ACLResourcePatternType,
+    ConfigResource,
+    ConfigResourceType,
+    NewPartitions,
+    ResourcePattern,
+    ResourcePatternFilter,
+)
+from kafka.admin import ResourceType as KResourceType
+from kafka.errors import InvalidRequestError
 
 import oncelog
 from oncelog.store import create_engine, txn
+from oncelog.types import AclBindingFilter
 from tests.support.broker import running_broker
 from tests.support.roles import login_roles
 
 TOPIC = "ledger"
+#: confluent_kafka.admin: it re-exports its classes without an __all__, which mypy does not count
+#: as exported, so they are reached through the module.
+CK: Any = importlib.import_module("confluent_kafka.admin")
 
 
 @pytest.fixture
@@ -157,12 +168,12 @@ def test_partitions_and_configs_change_through_both_admin_clients(
     kadmin.create_partitions({TOPIC: NewPartitions(9)}, validate_only=True)
 
     ck_admin = AdminClient({"bootstrap.servers": broker})
-    change = CKConfigResource(
-        ResourceType.TOPIC,
+    change = CK.ConfigResource(
+        CK.ResourceType.TOPIC,
         TOPIC,
         incremental_configs=[
-            ConfigEntry("retention.ms", "5000", incremental_operation=AlterConfigOpType.SET),
-            ConfigEntry("retention.bytes", "4096", incremental_operation=AlterConfigOpType.SET),
+            CK.ConfigEntry("retention.ms", "5000", incremental_operation=CK.AlterConfigOpType.SET),
+            CK.ConfigEntry("retention.bytes", "4096", incremental_operation=CK.AlterConfigOpType.SET),
         ],
     )
     for future in ck_admin.incremental_alter_configs([change]).values():
@@ -181,7 +192,7 @@ def test_partitions_and_configs_change_through_both_admin_clients(
     with oncelog.Admin(db_url) as admin:
         described = admin.describe_topic(TOPIC)
     assert (described.config["retention_ms"], described.config["retention_bytes"]) == (6000, 4096)
-    replace = CKConfigResource(ResourceType.TOPIC, TOPIC, set_config={"retention.ms": "7000"})
+    replace = CK.ConfigResource(CK.ResourceType.TOPIC, TOPIC, set_config={"retention.ms": "7000"})
     with pytest.deprecated_call():  # librdkafka keeps AlterConfigs, deprecated for the incremental one
         futures = ck_admin.alter_configs([replace])
     for future in futures.values():
@@ -190,10 +201,12 @@ def test_partitions_and_configs_change_through_both_admin_clients(
         described = admin.describe_topic(TOPIC)
     assert (described.config["retention_ms"], described.config["retention_bytes"]) == (7000, None)
 
-    bad = CKConfigResource(
-        ResourceType.TOPIC,
+    bad = CK.ConfigResource(
+        CK.ResourceType.TOPIC,
         TOPIC,
-        incremental_configs=[ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)],
+        incremental_configs=[
+            CK.ConfigEntry("cleanup.policy", "compact", incremental_operation=CK.AlterConfigOpType.SET)
+        ],
     )
     with pytest.raises(Exception, match=r"cleanup\.policy"):
         for future in ck_admin.incremental_alter_configs([bad]).values():
@@ -222,3 +235,119 @@ def test_a_client_role_may_list_transactions_but_not_read_producer_state(db_url:
             admin.close()
     with oncelog.Admin(db_url) as ours:
         assert len(ours.describe_topic(TOPIC).partitions) == 2
+
+
+@pytest.mark.timeout(120)
+def test_acls_are_the_stores_through_both_admin_clients(
+    db_url: str, engine: Any, broker: str, kadmin: KafkaAdminClient
+) -> None:
+    with login_roles(engine, db_url, ("client",)) as urls:
+        role = sa.make_url(urls["client"]).username or ""
+        principal = f"User:{role}"
+        read_topic = ACL(
+            principal=principal,
+            host="*",
+            operation=ACLOperation.READ,
+            permission_type=ACLPermissionType.ALLOW,
+            resource_pattern=ResourcePattern(KResourceType.TOPIC, TOPIC),
+        )
+        write_prefixed = ACL(
+            principal=principal,
+            host="*",
+            operation=ACLOperation.WRITE,
+            permission_type=ACLPermissionType.ALLOW,
+            resource_pattern=ResourcePattern(KResourceType.TOPIC, "led", ACLResourcePatternType.PREFIXED),
+        )
+        created = kadmin.create_acls([read_topic, write_prefixed])
+        assert not created["failed"], created["failed"]
+        with oncelog.Admin(db_url) as admin:
+            assert sorted(
+                (a.principal, a.resource_name, a.pattern_type, a.operation) for a in admin.describe_acls()
+            ) == [(role, "led", "prefixed", "write"), (role, TOPIC, "literal", "read")]
+
+        # What the store cannot hold is refused, each with its reason, and nothing is stored.
+        deny = ACL(
+            principal=principal,
+            host="*",
+            operation=ACLOperation.READ,
+            permission_type=ACLPermissionType.DENY,
+            resource_pattern=ResourcePattern(KResourceType.TOPIC, "other"),
+        )
+        one_host = ACL(
+            principal=principal,
+            host="10.0.0.1",
+            operation=ACLOperation.READ,
+            permission_type=ACLPermissionType.ALLOW,
+            resource_pattern=ResourcePattern(KResourceType.TOPIC, "other"),
+        )
+        refused = kadmin.create_acls([deny, one_host])
+        assert refused["failed"] == [InvalidRequestError, InvalidRequestError]
+        ck_admin = AdminClient({"bootstrap.servers": broker})
+        ck_deny = CK.AclBinding(
+            CK.ResourceType.TOPIC,
+            "other",
+            CK.ResourcePatternType.LITERAL,
+            principal,
+            "*",
+            CK.AclOperation.READ,
+            CK.AclPermissionType.DENY,
+        )
+        with pytest.raises(KafkaException, match="DENY"):
+            ck_admin.create_acls([ck_deny])[ck_deny].result(30)
+
+        everything_of_role = ACLFilter(
+            principal=principal,
+            host="*",
+            operation=ACLOperation.ANY,
+            permission_type=ACLPermissionType.ANY,
+            resource_pattern=ResourcePatternFilter(KResourceType.ANY, None, ACLResourcePatternType.ANY),
+        )
+        described, error = kadmin.describe_acls(everything_of_role)
+        assert error.errno == 0
+        assert sorted((a.resource_pattern.resource_name, a.operation) for a in described) == [
+            ("led", ACLOperation.WRITE),
+            (TOPIC, ACLOperation.READ),
+        ]
+        only_reads = ACLFilter(
+            principal=None,
+            host=None,
+            operation=ACLOperation.READ,
+            permission_type=ACLPermissionType.ANY,
+            resource_pattern=ResourcePatternFilter(KResourceType.TOPIC, None, ACLResourcePatternType.ANY),
+        )
+        ((_, deleted, delete_error),) = kadmin.delete_acls([only_reads])
+        assert delete_error.errno == 0 and [a.resource_pattern.resource_name for a in deleted] == [TOPIC]
+        with oncelog.Admin(db_url) as admin:
+            assert [(a.resource_name, a.operation) for a in admin.describe_acls()] == [("led", "write")]
+            admin.delete_acls([AclBindingFilter(principal=role)])  # before the role goes
+
+
+@pytest.mark.timeout(120)
+def test_the_brokers_settings_and_paged_partitions(db_url: str, broker: str, kadmin: KafkaAdminClient) -> None:
+    described = kadmin.describe_configs([ConfigResource(ConfigResourceType.BROKER, "1")], config_filter="all")
+    entries = next(iter(next(iter(described.values())).values()))
+    assert entries["advertised.listeners"]["value"] == f"PLAINTEXT://{broker}"
+    assert entries["advertised.listeners"]["read_only"] is True
+    topic_resource = ConfigResource(ConfigResourceType.TOPIC, TOPIC)
+    topic_entries = next(
+        iter(next(iter(kadmin.describe_configs([topic_resource], config_filter="all").values())).values())
+    )
+    # A topic created without settings has every one at its default (retention.bytes: no limit).
+    assert {e["config_source"] for e in topic_entries.values()} == {"DEFAULT_CONFIG"}
+    assert topic_entries["retention.bytes"]["value"] == "-1"
+    assert (topic_entries["max.message.bytes"]["config_type"], topic_entries["retention.ms"]["config_type"]) == (
+        "INT",
+        "LONG",
+    )
+
+    with oncelog.Admin(db_url) as admin:
+        admin.create_topic("wide", partitions=5)
+    # DescribeTopicPartitions pages by partition, topics in name order, with a cursor to go on from.
+    pages, cursor = [], None
+    while True:
+        page = kadmin.describe_topic_partitions(["wide", TOPIC], response_partition_limit=3, cursor=cursor)
+        pages.append([(t["name"], [p["partition_index"] for p in t["partitions"]]) for t in page["topics"]])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert pages == [[(TOPIC, [0, 1]), ("wide", [0])], [("wide", [1, 2, 3])], [("wide", [4])]]
