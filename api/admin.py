@@ -73,6 +73,22 @@ class Admin(Client):
         with self._request() as conn:
             topics.create_partitions(conn, name=name, total=total)
 
+    def delete_records(self, name: str, offsets: Mapping[int, int]) -> dict[int, int]:
+        """Delete a topic's records below an offset, per partition (partition -> offset; -1 is the
+        high watermark), as Kafka's DeleteRecords: each partition's log start moves up to its
+        offset at once, and readers start there. Returns each partition's log start after it
+        (Kafka's low watermark); an offset below it changes nothing. OffsetOutOfRangeError beyond
+        the high watermark. The records themselves are removed by the maintenance loop
+        (``oncelog coordinator run``, or :meth:`enforce_retention`)."""
+        _topic(name)
+        if not isinstance(offsets, Mapping) or not offsets:
+            raise errors.InvalidRequestError("offsets must be a non-empty mapping of partition to offset")
+        for partition, offset in offsets.items():
+            validate.integer("partition", partition, low=0, error=errors.UnknownTopicOrPartitionError)
+            validate.integer("offset", offset, low=-1, high=validate.INT64_MAX, error=errors.OffsetOutOfRangeError)
+        with self._request() as conn:
+            return topics.delete_records(conn, name=name, offsets=offsets)
+
     def alter_topic_config(self, name: str, config: TopicConfig) -> None:
         """Set per-topic settings; None resets a setting to its default (retention_ms then follows the
         store-wide settings.log_retention_ms, 7 days; retention_bytes has no limit); -1 is no limit
@@ -211,6 +227,14 @@ class Admin(Client):
         validate.text("group_id", group_id, error=errors.InvalidGroupIdError)
         with self._request() as conn:
             return ops.group_lag(conn, group_id=group_id)
+
+    def delete_group(self, group_id: str) -> None:
+        """Delete a consumer group and its committed offsets, as Kafka's DeleteGroups. The group
+        must have no live members and no offsets pending in an open transaction
+        (NonEmptyGroupError); GroupIdNotFoundError when there is no such group."""
+        validate.text("group_id", group_id, error=errors.InvalidGroupIdError)
+        with self._request() as conn:
+            ops.delete_group(conn, group_id=group_id)
 
     def reset_group_offsets(
         self, group_id: str, offsets: Mapping[TopicPartition, int], *, dry_run: bool = True

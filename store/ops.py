@@ -3,7 +3,8 @@
 Reads go through the documented views (``partition_offsets``, ``group_status``, ``group_offsets``,
 ``pending_group_offsets``) wherever they answer the question, so a reader role can inspect groups
 too; producer state and record timestamps live only in base tables, which the admin role reads.
-The one write, :func:`reset_group_offsets`, calls ``reset_group_offsets_v1`` (migration 0007).
+The writes: :func:`reset_group_offsets` calls ``reset_group_offsets_v1`` (migration 0007),
+:func:`delete_group` ``delete_group_v1`` (migration 0026).
 """
 
 from __future__ import annotations
@@ -198,6 +199,12 @@ def describe_group(conn: sa.Connection, *, group_id: str) -> GroupDescription:
         ),
         offsets=tuple(group_lag(conn, group_id=group_id)),
     )
+
+
+def delete_group(conn: sa.Connection, *, group_id: str) -> None:
+    """DeleteGroups: the group and its committed offsets. NonEmptyGroupError while it has live
+    members or an open transaction holds offsets for it; GroupIdNotFoundError when unknown."""
+    _driver(conn, "SELECT delete_group_v1(%(g)s)", {"g": group_id})
 
 
 def reset_group_offsets(

@@ -1,4 +1,5 @@
-"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions, configs, describe."""
+"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, configs,
+describe."""
 
 from __future__ import annotations
 
@@ -73,6 +74,21 @@ def create_partitions(conn: sa.Connection, *, name: str, total: int) -> None:
     """CreatePartitions: grow ``name`` to ``total`` partitions."""
     with mapped_errors():
         conn.exec_driver_sql("SELECT create_partitions_v1(%(name)s, %(total)s)", {"name": name, "total": total})
+
+
+def delete_records(conn: sa.Connection, *, name: str, offsets: Mapping[int, int]) -> dict[int, int]:
+    """DeleteRecords: move each partition's log start up to its offset in ``offsets`` (partition
+    -> offset; -1 is the high watermark), all in one statement. Returns each partition's log
+    start after it (Kafka's low watermark); an offset below it changes nothing.
+    OffsetOutOfRangeError beyond the high watermark, UnknownTopicOrPartitionError for an unknown
+    topic or partition."""
+    parts = sorted(offsets)
+    with mapped_errors():
+        rows = conn.exec_driver_sql(
+            "SELECT partition, low_watermark FROM delete_records_v1(%(name)s, %(p)s::integer[], %(o)s::bigint[])",
+            {"name": name, "p": parts, "o": [offsets[p] for p in parts]},
+        ).all()
+    return {int(r.partition): int(r.low_watermark) for r in rows}
 
 
 def alter_topic_config(conn: sa.Connection, *, name: str, config: TopicConfig) -> None:

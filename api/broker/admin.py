@@ -1,5 +1,5 @@
-"""Kafka's topic admin APIs over the store: CreateTopics, DeleteTopics, CreatePartitions,
-DescribeConfigs, AlterConfigs and IncrementalAlterConfigs.
+"""Kafka's admin APIs over the store: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords,
+DeleteGroups, DescribeConfigs, AlterConfigs and IncrementalAlterConfigs.
 
 Topics are the store's (``create_topic_v1`` and the others, which only the admin role may call):
 a broker whose database role is a client's answers them with an authorization error. A topic's
@@ -14,7 +14,7 @@ from typing import Any
 
 from oncelog import errors
 from oncelog.broker.common import NONE, Database, Node, error_code
-from oncelog.store import topics
+from oncelog.store import ops, topics
 
 __all__ = ["KAFKA_TOPIC_CONFIGS", "AdminHandlers"]
 
@@ -78,8 +78,8 @@ def _code(exc: errors.OncelogError) -> int:
 
 
 class AdminHandlers:
-    """CreateTopics, DeleteTopics, CreatePartitions and the config APIs, for topics; a broker's
-    settings (its command line's) are described, read-only."""
+    """CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DeleteGroups and the config
+    APIs, for topics; a broker's settings (its command line's) are described, read-only."""
 
     def __init__(
         self,
@@ -186,6 +186,50 @@ class AdminHandlers:
             results.append(
                 response_class.CreatePartitionsTopicResult(name=topic.name, error_code=code, error_message=message)
             )
+        return response_class(version=request.version, throttle_time_ms=0, results=results)
+
+    async def delete_records(self, request: Any, response_class: Any) -> Any:
+        topic_class = response_class.DeleteRecordsTopicResult
+        partition_class = topic_class.DeleteRecordsPartitionResult
+        out = []
+        for topic in request.topics:
+            asked = {p.partition_index: p.offset for p in topic.partitions}
+            results = await self._delete_records(topic.name, asked)
+            out.append(
+                topic_class(
+                    name=topic.name,
+                    partitions=[
+                        partition_class(partition_index=p, low_watermark=low, error_code=code)
+                        for p, (code, low) in results.items()
+                    ],
+                )
+            )
+        return response_class(version=request.version, throttle_time_ms=0, topics=out)
+
+    async def _delete_records(self, topic: str, asked: dict[int, int]) -> dict[int, tuple[int, int]]:
+        """(error code, low watermark) per partition. The store moves a topic's partitions in one
+        call, all or none; when that call is refused, each partition goes alone, so a bad offset
+        fails only its own partition, as in Kafka."""
+        try:
+            low = await self._run(self._db.call, topics.delete_records, name=topic, offsets=asked)
+            return {p: (NONE, low[p]) for p in asked}
+        except errors.OncelogError as exc:
+            if len(asked) == 1:
+                return {p: (_code(exc), -1) for p in asked}
+        out: dict[int, tuple[int, int]] = {}
+        for p, offset in asked.items():
+            out.update(await self._delete_records(topic, {p: offset}))
+        return out
+
+    async def delete_groups(self, request: Any, response_class: Any) -> Any:
+        results = []
+        for group_id in request.groups_names:
+            try:
+                await self._run(self._db.call, ops.delete_group, group_id=group_id)
+                code = NONE
+            except errors.OncelogError as exc:
+                code = _code(exc)
+            results.append(response_class.DeletableGroupResult(group_id=group_id, error_code=code))
         return response_class(version=request.version, throttle_time_ms=0, results=results)
 
     async def alter_configs(self, request: Any, response_class: Any) -> Any:

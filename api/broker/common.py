@@ -48,6 +48,7 @@ API_RANGES: dict[int, tuple[int, int]] = {
     18: (0, 3),  # ApiVersions
     19: (0, 5),  # CreateTopics (6 and later: topic ids)
     20: (0, 5),  # DeleteTopics (6 and later: topic ids)
+    21: (0, 2),  # DeleteRecords
     22: (0, 4),  # InitProducerId
     24: (0, 3),  # AddPartitionsToTxn (4 and later: the brokers' batched form, KIP-890)
     25: (0, 3),  # AddOffsetsToTxn
@@ -60,6 +61,7 @@ API_RANGES: dict[int, tuple[int, int]] = {
     33: (0, 2),  # AlterConfigs
     36: (0, 2),  # SaslAuthenticate
     37: (0, 3),  # CreatePartitions
+    42: (0, 2),  # DeleteGroups
     44: (0, 1),  # IncrementalAlterConfigs
     61: (0, 0),  # DescribeProducers
     65: (0, 0),  # DescribeTransactions

@@ -220,6 +220,22 @@ def _parse_datetime(_ctx: click.Context, _param: click.Parameter, value: str | N
     return parsed if parsed.tzinfo is not None else parsed.astimezone()
 
 
+@groups.command()
+@click.argument("group")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+@click.pass_obj
+def delete(obj: CliContext, group: str, yes: bool, as_json: bool) -> None:
+    """Delete GROUP and its committed offsets; it must have no live members and no offsets
+    pending in an open transaction."""
+    with admin_for(obj) as admin:
+        admin.describe_group(group)  # unknown group: say so before asking
+        if not yes:
+            click.confirm(f"delete group {group} and its committed offsets?", abort=True, err=True)
+        admin.delete_group(group)
+    emit(as_json, {"deleted": group}, f"deleted group {group}")
+
+
 @groups.command(name="reset-offsets")
 @click.argument("group")
 @click.option("--topic", "topics", multiple=True, metavar="NAME[:P,P...]", help="Topic, or some of its partitions.")

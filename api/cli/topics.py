@@ -196,6 +196,48 @@ def delete(obj: CliContext, name: str, yes: bool, as_json: bool) -> None:
     emit(as_json, {"deleted": name}, f"deleted topic {name}")
 
 
+@topics.command(name="delete-records")
+@click.argument("name")
+@click.option(
+    "--before",
+    "befores",
+    multiple=True,
+    required=True,
+    metavar="PARTITION:OFFSET",
+    help="Delete PARTITION's records below OFFSET (-1: every record, up to the high watermark); repeatable.",
+)
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+@click.pass_obj
+def delete_records(obj: CliContext, name: str, befores: tuple[str, ...], yes: bool, as_json: bool) -> None:
+    """Delete topic NAME's records below an offset, per partition (Kafka's kafka-delete-records):
+    each partition's log start moves up to it, and readers start there."""
+    offsets: dict[int, int] = {}
+    for text in befores:
+        partition, sep, offset = text.partition(":")
+        try:
+            if not sep:
+                raise ValueError(text)
+            offsets[int(partition)] = int(offset)
+        except ValueError:
+            raise click.BadParameter(f"{text!r} is not PARTITION:OFFSET", param_hint="--before") from None
+    with admin_for(obj) as admin:
+        admin.describe_topic(name)  # unknown topic: say so before asking
+        if not yes:
+            click.confirm(f"delete records of topic {name} below {offsets}?", abort=True, err=True)
+        low = admin.delete_records(name, offsets)
+    emit(
+        as_json,
+        {"topic": name, "low_watermarks": low},
+        table(
+            f"topic {name}: records deleted below each partition's log start",
+            ["partition", "log start"],
+            sorted(low.items()),
+            numeric=["partition", "log start"],
+        ),
+    )
+
+
 @click.group(cls=OpsGroup)
 def producers() -> None:
     """Producer state kept for duplicate detection."""

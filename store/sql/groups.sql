@@ -294,7 +294,6 @@ CREATE OR REPLACE FUNCTION reset_group_offsets_v1(p_group_id text, p_topics text
 AS $fn$
 #variable_conflict use_column
 DECLARE
-    v_members integer;
     v_bad record;
 BEGIN
     IF p_topics IS NULL OR p_partitions IS NULL OR p_offsets IS NULL OR cardinality(p_topics) = 0
@@ -310,14 +309,7 @@ BEGIN
     END IF;
     -- Validates the group id (OL401) and creates an unknown group, as Kafka's tool does.
     PERFORM group_lock_v1(p_group_id, true);
-    -- Members silent past their session timeout are gone (a crashed consumer does not block a reset).
-    PERFORM group_expire_members_v1(p_group_id);
-    SELECT count(*) INTO v_members FROM group_members x WHERE x.group_id = p_group_id;
-    IF v_members > 0 THEN
-        RAISE EXCEPTION USING ERRCODE = 'OL410',
-            MESSAGE = format('group %L has %s live member(s): offsets can be reset only while it has none '
-                             '(stop its consumers, or wait for their session timeout)', p_group_id, v_members);
-    END IF;
+    PERFORM group_require_no_members_v1(p_group_id, 'offsets can be reset');
     SELECT r.t, r.p INTO v_bad FROM unnest(p_topics, p_partitions) AS r(t, p)
     WHERE NOT EXISTS (SELECT 1 FROM partitions pt JOIN topics t USING (topic_id) WHERE t.name = r.t AND pt.partition = r.p)
     ORDER BY r.t, r.p
@@ -832,3 +824,61 @@ END
 $fn$;
 COMMENT ON FUNCTION offset_commit_args_v1(p_topics text[], p_partitions integer[], p_offsets bigint[], p_metadata text[]) IS
   'Internal: offset commit arguments have equal lengths, offsets >= 0, metadata <= 4096 bytes (OL406).';
+
+CREATE OR REPLACE FUNCTION delete_group_v1(p_group_id text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_pending text;
+BEGIN
+    IF p_group_id IS NULL OR length(p_group_id) NOT BETWEEN 1 AND 255 THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL401', MESSAGE = 'a group id is 1 to 255 characters';
+    END IF;
+    -- The groups row FOR UPDATE, where other group calls take it FOR NO KEY UPDATE
+    -- (group_lock_v1): the row is about to go, and every call that could add a member or an
+    -- offset to the group waits for this one, then finds no group (or makes a new one).
+    PERFORM 1 FROM groups x WHERE x.group_id = p_group_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL409', MESSAGE = format('no group %L', p_group_id);
+    END IF;
+    PERFORM group_require_no_members_v1(p_group_id, 'a group can be deleted');
+    -- Offsets an open transaction holds for the group would be lost with it, though its commit
+    -- promises them (KIP-447): the transaction ends first.
+    SELECT min(x.transactional_id) INTO v_pending FROM pending_offsets x WHERE x.group_id = p_group_id;
+    IF v_pending IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL410',
+            MESSAGE = format('group %L has offsets pending in the open transaction of %L: it can be deleted once '
+                             'that transaction ends', p_group_id, v_pending);
+    END IF;
+    -- Its committed offsets and assignments go with it (ON DELETE CASCADE).
+    DELETE FROM groups x WHERE x.group_id = p_group_id;
+END
+$fn$;
+COMMENT ON FUNCTION delete_group_v1(p_group_id text) IS
+  'DeleteGroups: deletes a consumer group with no live members and no offsets pending in an open transaction (else NON_EMPTY_GROUP, OL410; an unknown group OL409), with its committed offsets.';
+
+CREATE OR REPLACE FUNCTION group_require_no_members_v1(p_group_id text, p_action text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_members integer;
+BEGIN
+    -- An operator's change to a group (offset reset, deletion) while a consumer runs would be
+    -- overwritten by its next commit, or pull the group from under it. Members silent past their
+    -- session timeout are removed first: a crashed consumer does not block the operator.
+    PERFORM group_expire_members_v1(p_group_id);
+    SELECT count(*) INTO v_members FROM group_members m WHERE m.group_id = p_group_id;
+    IF v_members > 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL410',
+            MESSAGE = format('group %L has %s live member(s): %s only while it has none '
+                             '(stop its consumers, or wait for their session timeout)', p_group_id, v_members, p_action);
+    END IF;
+END
+$fn$;
+COMMENT ON FUNCTION group_require_no_members_v1(p_group_id text, p_action text) IS
+  'Internal: removes the group''s expired members, then raises NON_EMPTY_GROUP (OL410) if any member is left; the caller holds the groups row.';

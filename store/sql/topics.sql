@@ -184,3 +184,77 @@ END
 $fn$;
 COMMENT ON FUNCTION partitions_delete_records_v1() IS
   'Trigger: deleting partitions deletes their records (once per statement).';
+
+CREATE OR REPLACE FUNCTION delete_records_v1(p_topic text, p_partitions integer[], p_offsets bigint[])
+ RETURNS TABLE(partition integer, low_watermark bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_topic_id integer;
+    v_bad record;
+BEGIN
+    IF p_partitions IS NULL OR p_offsets IS NULL OR cardinality(p_partitions) = 0
+       OR cardinality(p_partitions) <> cardinality(p_offsets) OR cardinality(p_partitions) > 100000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000',
+            MESSAGE = 'partitions and offsets must be non-empty arrays of equal length (at most 100000)';
+    END IF;
+    SELECT r.p INTO v_bad FROM unnest(p_partitions) AS r(p) GROUP BY r.p HAVING count(*) > 1 OR r.p IS NULL
+    ORDER BY r.p LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000',
+            MESSAGE = format('partition %s is named twice, or is NULL', coalesce(v_bad.p::text, 'NULL'));
+    END IF;
+    SELECT t.topic_id INTO v_topic_id FROM topics t WHERE t.name = p_topic;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown topic %L', p_topic);
+    END IF;
+    -- The partition rows, in key order (the lock order), FOR NO KEY UPDATE as appends take them:
+    -- the high watermark checked below cannot move until this commits, and a reader that sees
+    -- the new log start sees it for every partition of the call at once.
+    PERFORM 1 FROM partitions pt
+    WHERE pt.topic_id = v_topic_id AND pt.partition = ANY (p_partitions)
+    ORDER BY pt.partition
+    FOR NO KEY UPDATE;
+    SELECT r.p INTO v_bad FROM unnest(p_partitions) AS r(p)
+    WHERE NOT EXISTS (SELECT 1 FROM partitions pt WHERE pt.topic_id = v_topic_id AND pt.partition = r.p)
+    ORDER BY r.p LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown partition %s of topic %L', v_bad.p, p_topic);
+    END IF;
+    -- Kafka's rule: an offset up to the high watermark, or -1 for the high watermark. One below
+    -- the log start deletes nothing and answers the log start.
+    SELECT r.p, r.o, pt.next_offset AS hi INTO v_bad
+    FROM unnest(p_partitions, p_offsets) AS r(p, o)
+    JOIN partitions pt ON pt.topic_id = v_topic_id AND pt.partition = r.p
+    WHERE r.o IS NULL OR r.o < -1 OR r.o > pt.next_offset
+    ORDER BY r.p LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL108',
+            MESSAGE = format('offset %s is beyond %s-%s: records can be deleted up to the high watermark %s (or -1 for it)',
+                             coalesce(v_bad.o::text, 'NULL'), p_topic, v_bad.p, v_bad.hi);
+    END IF;
+    -- The log start moves; the records below it leave the log at once (every reader starts at
+    -- the log start) and are removed by maintenance (enforce_retention_v2), in batches.
+    UPDATE partitions pt
+    SET log_start_offset = m.target,
+        log_bytes = greatest(pt.log_bytes - coalesce((
+            SELECT sum(coalesce(octet_length(rec.key), 0) + coalesce(octet_length(rec.value), 0)
+                       + coalesce(octet_length(rec.headers::text), 0))
+            FROM records rec
+            WHERE rec.topic_id = pt.topic_id AND rec.partition = pt.partition
+              AND rec."offset" >= pt.log_start_offset AND rec."offset" < m.target), 0), 0)
+    FROM (SELECT r.p, CASE WHEN r.o = -1 THEN x.next_offset ELSE r.o END AS target
+          FROM unnest(p_partitions, p_offsets) AS r(p, o)
+          JOIN partitions x ON x.topic_id = v_topic_id AND x.partition = r.p) m
+    WHERE pt.topic_id = v_topic_id AND pt.partition = m.p AND m.target > pt.log_start_offset;
+    RETURN QUERY
+    SELECT pt.partition, pt.log_start_offset FROM partitions pt
+    WHERE pt.topic_id = v_topic_id AND pt.partition = ANY (p_partitions)
+    ORDER BY pt.partition;
+END
+$fn$;
+COMMENT ON FUNCTION delete_records_v1(p_topic text, p_partitions integer[], p_offsets bigint[]) IS
+  'DeleteRecords: moves each named partition''s log start up to its offset (-1: the high watermark; beyond it OL108, unknown partitions OL101); an offset below the log start changes nothing. Returns each partition''s log start (Kafka''s low watermark). Maintenance removes the records below it.';

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from confluent_kafka import ConsumerGroupState, KafkaException
 from confluent_kafka.admin import AdminClient
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, OffsetAndMetadata
 from kafka import TopicPartition as KTopicPartition
 from kafka.admin import (
     ACL,
@@ -351,3 +351,33 @@ def test_the_brokers_settings_and_paged_partitions(db_url: str, broker: str, kad
         if cursor is None:
             break
     assert pages == [[(TOPIC, [0, 1]), ("wide", [0])], [("wide", [1, 2, 3])], [("wide", [4])]]
+
+
+@pytest.mark.timeout(120)
+def test_records_and_groups_are_deleted_through_the_admin_clients(
+    db_url: str, broker: str, kadmin: KafkaAdminClient
+) -> None:
+    with oncelog.Producer(db_url) as producer:
+        for i in range(6):
+            producer.send(TOPIC, b"r%d" % i, partition=0)
+        producer.flush()
+    deleted = kadmin.delete_records({KTopicPartition(TOPIC, 0): 4})
+    assert deleted[KTopicPartition(TOPIC, 0)]["low_watermark"] == 4
+    with pytest.raises(Exception, match=r"(?i)OffsetOutOfRange"):
+        kadmin.delete_records({KTopicPartition(TOPIC, 0): 99})
+    with oncelog.Admin(db_url) as admin:
+        assert {(o.partition, o.log_start_offset) for o in admin.list_offsets(TOPIC)} == {(0, 4), (1, 0)}
+
+    consumer = KafkaConsumer(TOPIC, bootstrap_servers=broker, group_id="leaving", enable_auto_commit=False)
+    try:
+        deadline = time.monotonic() + 30
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(200)
+        consumer.commit({KTopicPartition(TOPIC, 0): OffsetAndMetadata(5, "", -1)})
+        assert dict(kadmin.delete_groups(["leaving"])) == {"leaving": "NonEmptyGroupError"}
+    finally:
+        consumer.close()
+    outcome = dict(kadmin.delete_groups(["leaving", "never-was"]))
+    assert outcome == {"leaving": "OK", "never-was": "GroupIdNotFoundError"}
+    with oncelog.Admin(db_url) as admin:
+        assert "leaving" not in [g.group_id for g in admin.list_groups()]

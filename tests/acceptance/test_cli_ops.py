@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner, Result
 
-from oncelog import Admin, Consumer, Producer, TopicPartition, errors
+from oncelog import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition, errors
 from oncelog.cli import cli
 from oncelog.store.records import decode_headers
 from tests.support.roles import login_roles
@@ -677,6 +677,31 @@ def test_only_the_admin_role_resets_offsets(logins: dict[str, str], engine: sa.E
         [done] = admin.reset_group_offsets("g", {TopicPartition("t", 0): 0}, dry_run=False)
     assert done.new_offset == 0
     assert committed_offsets(engine, "g") == {("t", 0): 0}
+
+
+def test_delete_records_and_groups_from_the_command_line(db_url: str, admin: Admin, engine: sa.Engine) -> None:
+    admin.create_topic("t", partitions=2)
+    with Producer(db_url) as producer:
+        for i in range(5):
+            producer.send("t", b"v%d" % i, partition=i % 2)
+    done = js(db_url, "topics", "delete-records", "t", "--before", "0:2", "--before", "1:-1", "-y")
+    assert done == {"topic": "t", "low_watermarks": {"0": 2, "1": 2}}
+    fails(db_url, "topics", "delete-records", "t", "--before", "0:9", "-y", match="high watermark 3")
+    usage = run(db_url, "topics", "delete-records", "t", "--before", "zero", "-y")
+    assert usage.exit_code == 2 and "'zero' is not PARTITION:OFFSET" in usage.output  # click's usage error
+    fails(db_url, "topics", "delete-records", "nope", "--before", "0:1", "-y", match="unknown topic 'nope'")
+    assert {(o.partition, o.log_start_offset) for o in admin.list_offsets("t")} == {(0, 2), (1, 2)}
+    # Without -y it asks, and a no changes nothing.
+    assert "Aborted" in run(db_url, "topics", "delete-records", "t", "--before", "0:3", input="n\n").output
+    assert {(o.partition, o.log_start_offset) for o in admin.list_offsets("t")} == {(0, 2), (1, 2)}
+
+    with Consumer(db_url, group_id="g", enable_auto_commit=False) as consumer:
+        consumer.assign([TopicPartition("t", 0)])
+        consumer.commit({TopicPartition("t", 0): OffsetAndMetadata(3)})
+    assert committed_offsets(engine, "g") == {("t", 0): 3}
+    assert js(db_url, "groups", "delete", "g", "-y") == {"deleted": "g"}
+    assert committed_offsets(engine, "g") == {}
+    fails(db_url, "groups", "delete", "g", "-y", match="no group 'g'")
 
 
 def test_capture_add_list_remove(db_url: str, admin: Admin, engine: sa.Engine) -> None:
