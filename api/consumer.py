@@ -56,6 +56,8 @@ logger = logging.getLogger(__name__)
 __all__ = ["Consumer", "NoOffsetForPartitionError", "RebalanceCallback"]
 
 _ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+#: The generation of a consumer that is no group member (Kafka's UNKNOWN_GENERATION_ID).
+STANDALONE_GENERATION = -1
 _ASSIGNORS = ("range", "roundrobin", "sticky")
 #: Kafka's request.timeout.ms default: the statement and lock timeout of every consumer connection.
 _REQUEST_TIMEOUT_MS = 30_000
@@ -475,11 +477,14 @@ class Consumer(Client):
         return {tp: found.get(tp) for tp in wanted}
 
     def group_metadata(self) -> ConsumerGroupMetadata:
-        """This member's identity, for ``Producer.send_offsets_to_transaction``."""
+        """This member's identity, for ``Producer.send_offsets_to_transaction``. A consumer that
+        is not a member (it assigns itself its partitions, or has not joined yet) gets Kafka's
+        standalone identity, generation -1 and no member id: the store takes its offsets in a
+        transaction only while the group has no members."""
         group_id = self._require_group()
         member = self._membership()
         if member is None:
-            raise errors.IllegalStateError("not a group member: subscribe() first")
+            return ConsumerGroupMetadata(group_id, STANDALONE_GENERATION, "", self._instance_id)
         return ConsumerGroupMetadata(group_id, member.generation, member.member_id, self._instance_id)
 
     # --- reading ----------------------------------------------------------------------------

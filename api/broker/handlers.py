@@ -55,6 +55,8 @@ _FETCH_MAX_WAIT_S = 30.0
 _FETCH_MAX_RECORDS = 1000
 
 
+#: ListOffsets' EARLIEST_LOCAL_TIMESTAMP (v8, KIP-405) and LATEST_TIERED_TIMESTAMP (v9, KIP-1005).
+_EARLIEST_LOCAL, _LATEST_TIERED = -4, -5
 #: DescribeTopicPartitions' page size when the request names none (Kafka's default limit).
 _PARTITION_PAGE = 2000
 
@@ -374,8 +376,9 @@ class Handlers:
         )
 
     def _list_offsets(self, wanted: Sequence[Any], committed: bool) -> dict[tuple[str, int], tuple[int, int, int]]:
-        """(error code, offset, timestamp ms) per partition: -2 the log start, -1 the end (the
-        last stable offset for read_committed), a time the first offset at or after it."""
+        """(error code, offset, timestamp ms) per partition: -2 (and -4, the local log start) the
+        log start, -1 the end (the last stable offset for read_committed), -5 (the last tiered
+        offset) -1 as nothing is tiered, a time the first offset at or after it."""
         out: dict[tuple[str, int], tuple[int, int, int]] = {}
         with self._db.connect() as conn:
             for t in wanted:
@@ -389,12 +392,14 @@ class Handlers:
                     key, b, ts = (t.name, p.partition_index), bounds.get(p.partition_index), p.timestamp
                     if b is None:
                         out[key] = (UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
-                    elif ts == -2:
-                        out[key] = (NONE, b.log_start_offset, -1)
+                    elif ts in (-2, _EARLIEST_LOCAL):
+                        out[key] = (NONE, b.log_start_offset, -1)  # no tiered storage: all of it is local
                     elif ts == -1:
                         out[key] = (NONE, b.last_stable_offset if committed else b.high_watermark, -1)
+                    elif ts == _LATEST_TIERED:
+                        out[key] = (NONE, -1, -1)  # nothing is tiered: Kafka's answer without remote storage
                     elif ts < 0:
-                        out[key] = (INVALID_REQUEST, -1, -1)  # -3 (max timestamp) and the like: not served
+                        out[key] = (INVALID_REQUEST, -1, -1)  # -3 (the largest timestamp): not served
                     else:
                         at = datetime.fromtimestamp(ts / 1000, UTC)
                         try:

@@ -255,6 +255,8 @@ CREATE OR REPLACE FUNCTION txn_offset_commit_v1(p_transactional_id text, p_produ
  SECURITY DEFINER
  SET search_path FROM CURRENT
 AS $fn$
+DECLARE
+    v_bad text;
 BEGIN
     -- Access control (revision 0009, docs/acl.md), before any lock or write. While enforcement
     -- is off this one lookup is all it costs.
@@ -266,15 +268,37 @@ BEGIN
     PERFORM offset_commit_args_v1(p_topics, p_partitions, p_offsets, p_metadata);
     -- Lock order: the transactions row first (opening transaction N if N-1 completed), then the group.
     PERFORM txn_check_v1(p_transactional_id, p_producer_id, p_epoch, p_txn_number, true);
-    PERFORM group_lock_v1(p_group_id, false);
-    PERFORM group_expire_members_v1(p_group_id);
-    PERFORM group_generation_required_v1(p_group_id, p_generation);
-    PERFORM group_member_check_v1(p_group_id, p_member_id, p_group_instance_id, p_generation);
-    PERFORM group_owns_partitions_v1(p_group_id, p_member_id, p_generation, p_topics, p_partitions);
+    IF coalesce(p_member_id, '') = '' THEN
+        -- A standalone consumer (no membership: Kafka's empty member id and generation -1, a
+        -- consumer that assigns itself its partitions) commits in a transaction as it commits
+        -- alone: only while the group has no members, which nothing then fences (Kafka's rule;
+        -- an unknown group is created, as Kafka's coordinator does). A member's offsets need
+        -- the member checks below, which keep a member that lost its partitions from committing.
+        PERFORM group_lock_v1(p_group_id, true);
+        PERFORM group_expire_members_v1(p_group_id);
+        IF EXISTS (SELECT 1 FROM group_members x WHERE x.group_id = p_group_id) THEN
+            RAISE EXCEPTION USING ERRCODE = 'OL402',
+                MESSAGE = format('group %L has members: commit as one of them', p_group_id);
+        END IF;
+        SELECT format('%s-%s', r.topic, r.partition) INTO v_bad
+        FROM unnest(p_topics, p_partitions) AS r(topic, partition)
+        WHERE NOT EXISTS (SELECT 1 FROM partitions pt JOIN topics t USING (topic_id)
+                          WHERE t.name = r.topic AND pt.partition = r.partition)
+        LIMIT 1;
+        IF v_bad IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown partition %s', v_bad);
+        END IF;
+    ELSE
+        PERFORM group_lock_v1(p_group_id, false);
+        PERFORM group_expire_members_v1(p_group_id);
+        PERFORM group_generation_required_v1(p_group_id, p_generation);
+        PERFORM group_member_check_v1(p_group_id, p_member_id, p_group_instance_id, p_generation);
+        PERFORM group_owns_partitions_v1(p_group_id, p_member_id, p_generation, p_topics, p_partitions);
+    END IF;
     INSERT INTO pending_offsets AS po (group_id, topic_id, partition, producer_id, transactional_id, committed_offset,
                                        metadata, commit_seq, generation, member_id)
     SELECT p_group_id, t.topic_id, r.partition, p_producer_id, p_transactional_id, r.off, coalesce(r.md, ''),
-           nextval('offset_commit_seq'), p_generation, p_member_id
+           nextval('offset_commit_seq'), coalesce(p_generation, -1), coalesce(p_member_id, '')
     FROM unnest(p_topics, p_partitions, p_offsets, p_metadata) AS r(topic, partition, off, md)
     JOIN topics t ON t.name = r.topic
     ORDER BY t.topic_id, r.partition  -- key order (revision 0017)
@@ -284,7 +308,7 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION txn_offset_commit_v1(p_transactional_id text, p_producer_id bigint, p_epoch smallint, p_txn_number bigint, p_group_id text, p_member_id text, p_group_instance_id text, p_generation integer, p_topics text[], p_partitions integer[], p_offsets bigint[], p_metadata text[]) IS
-  'TxnOffsetCommit (KIP-447): consumer offsets pending in transaction p_txn_number, applied by its commit (only if later than the committed ones) and dropped by its abort. Checked like Kafka (member id, generation, instance id) and, beyond Kafka, against the member''s assignment in that generation.';
+  'TxnOffsetCommit (KIP-447): consumer offsets pending in transaction p_txn_number, applied by its commit (only if later than the committed ones) and dropped by its abort. Checked like Kafka (member id, generation, instance id) and, beyond Kafka, against the member''s assignment in that generation. Without a member id (NULL or empty), a standalone consumer''s offsets, while the group has no members (else UNKNOWN_MEMBER_ID, OL402).';
 
 CREATE OR REPLACE FUNCTION reset_group_offsets_v1(p_group_id text, p_topics text[], p_partitions integer[], p_offsets bigint[])
  RETURNS TABLE(topic text, partition integer, previous_offset bigint, new_offset bigint)
