@@ -52,6 +52,15 @@ def topic_summaries(conn: sa.Connection) -> list[TopicSummary]:
     ]
 
 
+def partition_sizes(conn: sa.Connection) -> dict[tuple[str, int], int]:
+    """Every partition the caller may describe, with the bytes of keys, values and headers in its
+    log (what Kafka's DescribeLogDirs reports as a partition's size)."""
+    rows = _driver(
+        conn, "SELECT topic, partition, log_bytes FROM partition_offsets ORDER BY topic, partition", {}
+    ).all()
+    return {(r.topic, int(r.partition)): int(r.log_bytes) for r in rows}
+
+
 def _require_topic(conn: sa.Connection, topic: str) -> None:
     if _driver(conn, "SELECT 1 FROM topics WHERE name = %(t)s", {"t": topic}).first() is None:
         raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}")

@@ -35,6 +35,11 @@ class _Unfit(Exception):
     """A field the store's ACLs cannot hold: INVALID_REQUEST with this message."""
 
 
+class _MatchesNothing(Exception):
+    """A filter no stored ACL can match (a principal that is not ``User:<role>``): Kafka's
+    filters compare principals exactly, so the answer is empty, not an error."""
+
+
 def _code(exc: errors.OncelogError) -> int:
     if isinstance(exc, errors.AuthorizationError):
         return _CLUSTER_AUTHORIZATION_FAILED  # managing ACLs is Kafka's ALTER/DESCRIBE on the cluster
@@ -79,6 +84,9 @@ def _binding(c: Any) -> AclBinding:
 
 def _filter(f: Any) -> AclBindingFilter:
     _check_host_and_permission(f.host_filter, f.permission_type, filtering=True)
+    principal = f.principal_filter
+    if principal is not None and not (principal.startswith(_USER) and len(principal) > len(_USER)):
+        raise _MatchesNothing
     pattern = getattr(f, "pattern_type_filter", 3)  # v0: literal only
     if pattern == _MATCH:
         raise _Unfit("pattern type MATCH is not served: filter by LITERAL, PREFIXED or ANY")
@@ -155,6 +163,8 @@ class AclHandlers:
 
         try:
             found = await self._run(self._db.call, acl.describe_acls, _filter(request))
+        except _MatchesNothing:
+            return answer(NONE, None, [])
         except _Unfit as exc:
             return answer(INVALID_REQUEST, str(exc), [])
         except errors.OncelogError as exc:
@@ -168,6 +178,8 @@ class AclHandlers:
             code, message, gone = NONE, None, []
             try:
                 gone = await self._run(self._db.call, acl.delete_acls, [_filter(f)])
+            except _MatchesNothing:
+                gone = []
             except _Unfit as exc:
                 code, message = INVALID_REQUEST, str(exc)
             except errors.OncelogError as exc:

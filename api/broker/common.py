@@ -59,10 +59,15 @@ API_RANGES: dict[int, tuple[int, int]] = {
     31: (0, 3),  # DeleteAcls
     32: (0, 4),  # DescribeConfigs
     33: (0, 2),  # AlterConfigs
+    34: (0, 2),  # AlterReplicaLogDirs
+    35: (0, 4),  # DescribeLogDirs (5: cordoned log dirs, KIP-1066)
     36: (0, 2),  # SaslAuthenticate
     37: (0, 3),  # CreatePartitions
     42: (0, 2),  # DeleteGroups
+    43: (0, 2),  # ElectLeaders
     44: (0, 1),  # IncrementalAlterConfigs
+    45: (0, 0),  # AlterPartitionReassignments (1: replication factor changes)
+    46: (0, 0),  # ListPartitionReassignments
     61: (0, 0),  # DescribeProducers
     65: (0, 0),  # DescribeTransactions
     66: (0, 1),  # ListTransactions (2: a transactional id pattern)

@@ -223,7 +223,9 @@ class GroupHandlers:
                 partition_class(
                     partition_index=partition,
                     committed_offset=-1 if committed.offset is None else committed.offset,
-                    committed_leader_epoch=-1,
+                    # Every partition's leader epoch is 0 here (Metadata says so), so an offset
+                    # was committed in epoch 0.
+                    committed_leader_epoch=-1 if committed.offset is None else 0,
                     metadata=committed.metadata,
                     error_code=88 if unstable else (3 if committed.error else NONE),  # UNSTABLE_OFFSET_COMMIT
                 )

@@ -30,6 +30,7 @@ from oncelog.broker.common import API_RANGES, CLIENT_ID, PRINCIPAL_ENGINE, Datab
 from oncelog.broker.describe import DescribeHandlers
 from oncelog.broker.groups import GroupHandlers
 from oncelog.broker.handlers import Handlers
+from oncelog.broker.replicas import ReplicaHandlers
 from oncelog.errors import ConfigurationError
 from oncelog.store import create_engine
 from oncelog.store.engine import DEFAULT_SCHEMA
@@ -148,6 +149,7 @@ class Broker:
         )
         d = DescribeHandlers(self._engine, self._run)
         acls = AclHandlers(self._engine, self._run)
+        r = ReplicaHandlers(self._engine, self._run, h.node)
         self._dispatch = {
             0: h.produce,
             1: h.fetch,
@@ -176,9 +178,14 @@ class Broker:
             31: acls.delete_acls,
             32: a.describe_configs,
             33: a.alter_configs,
+            34: r.alter_replica_log_dirs,
+            35: r.describe_log_dirs,
             37: a.create_partitions,
             42: a.delete_groups,
+            43: r.elect_leaders,
             44: a.incremental_alter_configs,
+            45: r.alter_partition_reassignments,
+            46: r.list_partition_reassignments,
             61: d.describe_producers,
             65: d.describe_transactions,
             66: d.list_transactions,
