@@ -120,6 +120,29 @@ else
   rm -f "$log"
 fi
 
+# kafka-python's own integration tests ship in its sdist, not its wheel: the broker's
+# conformance test (tests/acceptance/test_kafka_python_conformance.py) runs them, so the dev
+# profile keeps the sdist of the installed version beside the venv. Tests never download.
+if [ "$profile" = dev ]; then
+  kp_version=$(.venv/bin/python -c 'import kafka; print(kafka.__version__)')
+  kp_dir=.venv/share/oncelog/kafka-python-$kp_version
+  if [ ! -d "$kp_dir/test/integration" ]; then
+    kp_tmp=$(mktemp -d)
+    log=$(mktemp)
+    if ! .venv/bin/python -m pip download -q --no-deps --no-binary :all: "kafka-python==$kp_version" -d "$kp_tmp" >"$log" 2>&1; then
+      cat "$log" >&2
+      rm -rf "$kp_tmp" "$log"
+      exit 1
+    fi
+    rm -f "$log"
+    rm -rf "$kp_dir"
+    mkdir -p "$kp_dir"
+    tar -xzf "$kp_tmp"/kafka_python-*.tar.gz -C "$kp_dir" --strip-components=1
+    rm -rf "$kp_tmp"
+    installed+=("kafka-python $kp_version's own tests (its sdist)")
+  fi
+fi
+
 if [ ${#installed[@]} -gt 0 ]; then
   echo "setup: installed: $(IFS=';'; echo "${installed[*]}" | sed 's/;/; /g')"
 else
