@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oncelog.errors import ConfigurationError
-from oncelog.store.engine import database_url
+from oncelog.store.engine import database_url, url_hosts
 
 #: Where Debian's libpostgresql-jdbc-java puts the driver.
 DEBIAN_JAR = "/usr/share/java/postgresql.jar"
@@ -42,11 +42,33 @@ class JdbcTarget:
         return f"JdbcTarget(url={self.url!r}, user={self.properties.get('user')!r}, schema={self.schema!r})"
 
 
+#: libpq's target_session_attrs as pgjdbc's targetServerType.
+_TARGET_SERVER_TYPES = {
+    "any": "any",
+    "read-write": "primary",
+    "primary": "primary",
+    "read-only": "secondary",
+    "standby": "secondary",
+    "prefer-standby": "preferSecondary",
+}
+
+
 def jdbc_target(url: str, *, schema: str = "oncelog") -> JdbcTarget:
-    """Translate a ``postgresql://user:password@host:port/db`` URL for the JDBC driver."""
+    """Translate a ``postgresql://user:password@host:port/db`` URL for the JDBC driver.
+
+    Several hosts (libpq's ``postgresql://u@h1:5432,h2:5433/db``, or ``?host=...``) become
+    pgjdbc's ``jdbc:postgresql://h1:5432,h2:5433/db``, tried in order like libpq does, and
+    ``target_session_attrs`` its ``targetServerType`` (``read-write`` is ``primary``): tasks then
+    follow a failover to the new primary when they reconnect."""
     parsed = database_url(url)
-    if not parsed.host or not parsed.database:
+    hosts = url_hosts(parsed)
+    if not hosts or any(h.startswith("/") for h, _ in hosts) or not parsed.database:
         raise ConfigurationError("Spark needs a TCP database URL with a host and a database name")
+    attrs = parsed.query.get("target_session_attrs")
+    if attrs is not None and (not isinstance(attrs, str) or attrs not in _TARGET_SERVER_TYPES):
+        raise ConfigurationError(
+            f"target_session_attrs {attrs!r} has no JDBC counterpart (use one of {sorted(_TARGET_SERVER_TYPES)})"
+        )
     props = {"driver": DRIVER_CLASS, "user": parsed.username or "postgres"}
     # The password may come as userinfo or as libpq's ?password= query parameter (the JDBC URL
     # carries neither: it goes in the properties, which no repr shows).
@@ -54,4 +76,8 @@ def jdbc_target(url: str, *, schema: str = "oncelog") -> JdbcTarget:
     password = parsed.password or (query_password if isinstance(query_password, str) else None)
     if password:
         props["password"] = str(password)
-    return JdbcTarget(f"jdbc:postgresql://{parsed.host}:{parsed.port or 5432}/{parsed.database}", props, schema)
+    authority = ",".join(f"[{h}]:{p or 5432}" if ":" in h else f"{h}:{p or 5432}" for h, p in hosts)
+    jdbc = f"jdbc:postgresql://{authority}/{parsed.database}"
+    if attrs is not None:
+        jdbc += f"?targetServerType={_TARGET_SERVER_TYPES[attrs]}"
+    return JdbcTarget(jdbc, props, schema)

@@ -70,7 +70,7 @@ def database_url(url: str | URL) -> URL:
         parsed = url
     elif isinstance(url, str):
         try:
-            parsed = make_url(url)
+            parsed = make_url(_hosts_as_query(url))
         # ValueError: urllib and SQLAlchemy refuse some malformed URLs (a port that is not a
         # number, an unclosed IPv6 bracket) with it. `from None`: their messages quote the URL,
         # password included, and a chained exception is printed with every traceback.
@@ -89,7 +89,67 @@ def database_url(url: str | URL) -> URL:
         raise ConfigurationError(f"{_invalid_url_message(url)}; percent-encode '@' in the password as %40")
     if parsed.port is not None and not 0 < parsed.port < 65536:
         raise ConfigurationError(f"invalid database URL {redact(parsed)}: port {parsed.port} is not 1 to 65535")
+    for host, port in url_hosts(parsed):
+        if not host or (port is not None and not 0 < port < 65536):
+            raise ConfigurationError(f"invalid database URL {redact(parsed)}: a host is HOST or HOST:PORT (1 to 65535)")
     return parsed.set(drivername="postgresql+psycopg")
+
+
+# The authority of a URL with several hosts: libpq's postgresql://user@h1:5432,h2:5433/db.
+_MULTI_HOST = re.compile(
+    r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^@/?#]*@)?(?P<hosts>[^/?#@]*,[^/?#@]*)(?P<rest>.*)$",
+    re.DOTALL,
+)
+
+
+def _hosts_as_query(url: str) -> str:
+    """libpq's multi-host URL (``postgresql://u@h1:5432,h2:5433/db``) in the form SQLAlchemy
+    parses and psycopg's dialect passes on to libpq (``postgresql://u@/db?host=h1,h2&port=5432,5433``;
+    a host without a port gets libpq's default); any other URL unchanged. libpq then tries the
+    hosts in order, and ``target_session_attrs`` (``read-write``, ``primary``, ...) picks which
+    of them it keeps."""
+    match = _MULTI_HOST.match(url)
+    if match is None:
+        return url
+    hosts, ports = [], []
+    for entry in match["hosts"].split(","):
+        item = entry.strip()
+        if item.startswith("[") and "]" in item:  # [v6addr] or [v6addr]:port
+            host, _, tail = item[1:].partition("]")
+            port = tail.removeprefix(":")
+        else:
+            host, _, port = item.rpartition(":") if item.count(":") == 1 else (item, "", "")
+        hosts.append(host)
+        ports.append(port)
+    rest, hash_, fragment = match["rest"].partition("#")
+    path, _, query = rest.partition("?")
+    added = f"host={quote_plus(','.join(hosts))}"
+    if any(ports):
+        added += f"&port={quote_plus(','.join(ports))}"
+    query = f"{added}&{query}" if query else added
+    return f"{match['scheme']}{match['userinfo'] or ''}{path or '/'}?{query}{hash_}{fragment}"
+
+
+def url_hosts(url: URL) -> list[tuple[str, int | None]]:
+    """The (host, port) pairs a URL names, in libpq's order: its one host, or the ``host`` query
+    parameters (``host=h1,h2&port=5432,5433``, or ``host=h1:5432&host=h2:5433``). A port that
+    is not a number is -1."""
+    raw = url.query.get("host")
+    if raw is None:
+        return [] if url.host is None else [(url.host, url.port)]
+    if isinstance(raw, tuple):  # host=h1:p1&host=h2:p2
+        pairs = [item.rpartition(":")[::2] if ":" in item else (item, "") for item in raw]
+        return [(h, _port(p) if p else None) for h, p in pairs]
+    names = raw.split(",")
+    port_text = url.query.get("port", "")
+    ports = (port_text if isinstance(port_text, str) else ",".join(port_text)).split(",")
+    if len(ports) == 1:
+        ports = ports * len(names)
+    return [(h, _port(p) if p else None) for h, p in zip(names, ports, strict=False)]
+
+
+def _port(text: str) -> int:
+    return int(text) if text.isdigit() else -1
 
 
 def _invalid_url_message(url: str | URL) -> str:

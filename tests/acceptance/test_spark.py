@@ -38,6 +38,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
@@ -850,3 +851,20 @@ def test_jdbc_target_hides_the_password() -> None:
     query = oncelog.spark.jdbc_target("postgresql://alice@db.example/logs?password=s3cr%40t")
     assert query.properties["password"] == "s3cr@t"
     assert "s3cr" not in query.url and "s3cr" not in repr(query)
+
+
+def test_read_committed_through_a_multi_host_url(spark: Any, db_url: str, admin: sa.Connection) -> None:
+    """libpq's multi-host URL, a dead address first: the driver's connection, the exported
+    snapshot and every task's JDBC connection (pgjdbc's form, targetServerType=primary) reach
+    the server behind the second address."""
+    topics.create_topic(admin, name="mh", partitions=2)
+    send_txn(db_url, "mh-tx", "mh", [(0, b"one"), (1, b"two")], commit=True)
+    real = sa.make_url(db_url)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    auth = real.username + (f":{real.password}" if real.password else "") if real.username else ""
+    url = (
+        f"postgresql://{auth}@127.0.0.1:{dead},{real.host}:{real.port}/{real.database}?target_session_attrs=read-write"
+    )
+    assert values(oncelog.spark.read_committed(spark, url, ["mh"])) == ["one", "two"]

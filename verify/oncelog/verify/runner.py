@@ -43,7 +43,8 @@ from oncelog.consumer import Consumer
 from oncelog.errors import ConfigurationError, OncelogError
 from oncelog.producer import Producer
 from oncelog.store import create_engine, groups, log
-from oncelog.store.engine import DEFAULT_SCHEMA
+from oncelog.store.engine import DEFAULT_SCHEMA, url_hosts
+from oncelog.store.engine import database_url as parse_database_url
 from oncelog.types import TopicPartition
 from oncelog.verify.checker import Verdict, check, verdict_to_json
 from oncelog.verify.faults import (
@@ -306,14 +307,19 @@ def _client_specs(config: RunConfig, info: RunInfo, url: str) -> list[ClientSpec
 
 
 def _proxy_for(database_url: str) -> FaultProxy:
-    url = make_url(database_url)
-    if not url.host:
+    hosts = url_hosts(parse_database_url(database_url))
+    if len(hosts) > 1:
+        raise ConfigurationError(
+            "oncelog verify stands its fault proxy before one server: give the primary's address alone"
+        )
+    if not hosts or hosts[0][0].startswith("/"):
         raise ConfigurationError("oncelog verify needs the server's TCP address (host and port) in the database URL")
+    host, port = hosts[0]
     try:
-        loopback = url.host == "localhost" or ipaddress.ip_address(url.host).is_loopback
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = False
-    return FaultProxy(url.host, url.port or 5432, allow_remote=not loopback).start()
+    return FaultProxy(host, port or 5432, allow_remote=not loopback).start()
 
 
 def _client_url(proxy: FaultProxy, database_url: str) -> str:
