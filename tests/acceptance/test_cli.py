@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from oncelog.cli.context import CliContext
 from oncelog.embedded import EmbeddedPostgres
 from oncelog.store import create_engine, migrate
+from tests.support.spark_cluster import standalone_cluster
 
 
 def oncelog(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -257,3 +258,44 @@ def test_spark_run_imports_the_job_from_the_working_directory(db_url: str, tmp_p
     assert json.loads(again.stdout)["spark_started"] is False and json.loads(again.stdout)["output_records"] == 0
     text = run()
     assert text.returncode == 0 and "nothing to read" in text.stdout and "Spark not started" in text.stdout
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+def test_spark_run_on_a_standalone_cluster_of_two_workers(db_url: str, tmp_path: Path) -> None:
+    """``oncelog spark run --master spark://...`` on a standalone master and two worker processes
+    started from the pyspark wheel: the JDBC driver reaches the executors through spark.jars, the
+    job module (a UDF) through the run's shipping, oncelog through the same interpreter path;
+    executors run on both workers, and every input record lands once."""
+    import oncelog  # noqa: PLC0415
+
+    with oncelog.Admin(db_url) as admin:
+        admin.create_topic("in", partitions=4)
+        admin.create_topic("out", partitions=2)
+    with oncelog.Producer(db_url) as producer:
+        for i in range(200):
+            producer.send("in", f"v{i}".encode(), key=f"k{i}".encode())
+    (tmp_path / "jobmod.py").write_text(JOB_MODULE)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("ONCELOG_")}
+    env = {**base, "ONCELOG_DATABASE_URL": db_url, "PYTHONPATH": "", "SPARK_LOCAL_IP": "127.0.0.1"}
+    script = Path(sys.executable).parent / "oncelog"
+    cluster_dir = tmp_path / "cluster"
+    cluster_dir.mkdir()
+    with standalone_cluster(cluster_dir, workers=2) as cluster:
+        args = [str(script), "spark", "run", "jobmod:clean", "--input", "in", "--output", "out", "--group", "g"]
+        args += ["--master", cluster.master, "--max-records-per-task", "50", "--json"]
+        done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=500, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert json.loads(done.stdout)["output_records"] == 200
+        ran_on = [w for w in cluster.work_dirs if any(w.glob("app-*/*/stderr"))]
+        assert len(ran_on) == 2, [sorted(str(p) for p in w.rglob("*")) for w in cluster.work_dirs]
+        again = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=500, check=False)
+        assert again.returncode == 0 and json.loads(again.stdout)["output_records"] == 0, again.stderr
+    with oncelog.Consumer(db_url, isolation_level="read_committed") as consumer:
+        consumer.assign([oncelog.TopicPartition("out", 0), oncelog.TopicPartition("out", 1)])
+        got: list[bytes] = []
+        for _ in range(40):
+            got += [r.value or b"" for r in consumer.poll(1.0)]
+            if len(got) >= 200:
+                break
+    assert sorted(got) == sorted(f"V{i}!".encode() for i in range(200))
