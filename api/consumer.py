@@ -56,6 +56,8 @@ logger = logging.getLogger(__name__)
 __all__ = ["Consumer", "NoOffsetForPartitionError", "RebalanceCallback"]
 
 _ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+#: The longest client id the store keeps for a group member.
+MAX_CLIENT_ID = 255
 #: The generation of a consumer that is no group member (Kafka's UNKNOWN_GENERATION_ID).
 STANDALONE_GENERATION = -1
 _ASSIGNORS = ("range", "roundrobin", "sticky")
@@ -130,7 +132,7 @@ class Consumer(Client):
         # Sent to the store as integer columns.
         validate.integer("session_timeout_ms", session_timeout_ms, error=ConfigurationError)
         validate.integer("max_poll_records", max_poll_records, error=ConfigurationError)
-        validate.optional_text("client_id", client_id, error=ConfigurationError)
+        validate.optional_text("client_id", client_id, error=ConfigurationError, max_length=MAX_CLIENT_ID)
         validate.optional_text("group_instance_id", group_instance_id, error=ConfigurationError, max_length=255)
         validate.optional_text("group_id", group_id, error=errors.InvalidGroupIdError)
         if enable_auto_commit is not None and not isinstance(enable_auto_commit, bool):

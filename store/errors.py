@@ -71,7 +71,8 @@ def translate(exc: BaseException) -> errors.OncelogError | None:
         # ACL denials (OL501..OL503) were mapped above, to AuthorizationError's subclasses.
         if state == "42501":  # insufficient_privilege
             return errors.AuthorizationError(_message(exc))
-        if state.startswith("22"):  # data exceptions: a value the database cannot take
+        if state.startswith("22") or state == "23514":
+            # Data exceptions and check violations: a value the database cannot take.
             return errors.InvalidRequestError(_message(exc))
     orig = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
     if isinstance(orig, psycopg.DataError) and state is None:

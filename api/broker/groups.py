@@ -110,7 +110,7 @@ class GroupHandlers:
                 assignor=ASSIGNORS[chosen.name],
                 member_id=request.member_id or None,
                 group_instance_id=getattr(request, "group_instance_id", None),
-                # The store prefixes member ids with it: a bounded prefix keeps them indexable.
+                # The store keeps 255 characters of it (Kafka's header allows 32767 bytes).
                 client_id=(CLIENT_ID.get() or "")[:_CLIENT_ID_CHARS] or None,
                 owned=owned,
             )

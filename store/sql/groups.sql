@@ -32,6 +32,9 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'OL001',
             MESSAGE = format('unknown assignor %L (range, roundrobin, sticky)', p_assignor);
     END IF;
+    IF length(p_client_id) > 255 THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000', MESSAGE = 'a client id is at most 255 characters';
+    END IF;
     -- A topic that does not exist yet may be subscribed to, as in Kafka: its partitions are
     -- assigned at the first group call after it is created (group_expire_members_v1). So the
     -- names are checked as names, and bounded.
@@ -77,7 +80,7 @@ BEGIN
         -- Static membership: a restarted instance takes its place back under a new member id,
         -- which fences the old one (FENCED_INSTANCE_ID) and hands over what it owned and was
         -- to own (ON UPDATE CASCADE); no rebalance unless it subscribes differently.
-        v_member := coalesce(p_client_id, 'member') || '-' || gen_random_uuid();
+        v_member := group_member_id_v1(p_client_id);
         SELECT * INTO m FROM group_members x WHERE x.group_id = p_group_id AND x.group_instance_id = p_group_instance_id;
         IF m.owner IS DISTINCT FROM acl_caller_v1() THEN
             RAISE EXCEPTION USING ERRCODE = 'OL405',
@@ -91,7 +94,7 @@ BEGIN
             v_changed := true;
         END IF;
     ELSE
-        v_member := coalesce(p_client_id, 'member') || '-' || gen_random_uuid();
+        v_member := group_member_id_v1(p_client_id);
         INSERT INTO group_members (group_id, member_id, group_instance_id, client_id, subscription,
                                    session_timeout_ms, joined_generation, last_heartbeat_at, owner)
         VALUES (p_group_id, v_member, p_group_instance_id, p_client_id, v_topics, p_session_timeout_ms,
@@ -906,3 +909,16 @@ END
 $fn$;
 COMMENT ON FUNCTION group_require_no_members_v1(p_group_id text, p_action text) IS
   'Internal: removes the group''s expired members, then raises NON_EMPTY_GROUP (OL410) if any member is left; the caller holds the groups row.';
+
+CREATE OR REPLACE FUNCTION group_member_id_v1(p_client_id text)
+ RETURNS text
+ LANGUAGE sql
+ VOLATILE
+ SET search_path FROM CURRENT
+AS $fn$
+    -- Kafka's form, the client id and a UUID; the prefix is cut so the id stays within the
+    -- 255 characters member ids may have.
+    SELECT left(coalesce(p_client_id, 'member'), 200) || '-' || gen_random_uuid();
+$fn$;
+COMMENT ON FUNCTION group_member_id_v1(p_client_id text) IS
+  'Internal: a new member id, the client id (its first 200 characters, or member) and a UUID.';

@@ -35,7 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oncelog import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition, errors
-from oncelog.store import groups
+from oncelog.store import create_engine, groups
 from oncelog.store.errors import mapped_errors
 from oncelog.store.groups import Membership
 
@@ -1012,3 +1012,22 @@ def test_a_pipeline_commit_waits_for_its_group_lock_no_longer_than_its_timeout(e
         holder.rollback()
         groups.lock_standalone_commit(committer, group_id="g-lock", timeout_ms=200)  # released with the transaction
         committer.rollback()
+
+
+def test_a_client_id_is_bounded_with_a_typed_error(topics: str) -> None:
+    """A member id is made of the client id: a long one is refused up front by the Consumer, and
+    by the store for a caller of its own (InvalidRequestError, never an unmapped integrity
+    error); one of 255 characters makes a member id within its bound."""
+    with pytest.raises(errors.ConfigurationError, match="client_id"):
+        Consumer(topics, group_id="long", client_id="x" * 256)
+    engine = create_engine(topics, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            with pytest.raises(errors.InvalidRequestError, match="255"):
+                groups.join_group(conn, group_id="long", topics=["a"], session_timeout_ms=6000, client_id="y" * 3000)
+            joined = groups.join_group(
+                conn, group_id="long", topics=["a"], session_timeout_ms=6000, client_id="z" * 255
+            )
+            assert joined.member_id.startswith("z" * 200 + "-") and len(joined.member_id) <= 255
+    finally:
+        engine.dispose()
