@@ -279,6 +279,10 @@ class Broker:
                     await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
             return
+        except asyncio.CancelledError:
+            # close() cancels every connection: the connection ends here. Returning (not raising)
+            # keeps asyncio's server callback from logging the cancellation as an error.
+            return
         finally:
             if task is not None:
                 self._connections.discard(task)

@@ -292,7 +292,9 @@ class _Wire:
         self.sock.close()
 
 
-def _batch(producer_id: int, epoch: int, sequence: int, values: list[bytes]) -> bytes:
+def _batch(
+    producer_id: int, epoch: int, sequence: int, values: list[bytes], headers: list[tuple[str, bytes]] | None = None
+) -> bytes:
     builder = MemoryRecordsBuilder(
         magic=2,
         compression_type=0,
@@ -303,7 +305,7 @@ def _batch(producer_id: int, epoch: int, sequence: int, values: list[bytes]) -> 
         base_sequence=sequence,
     )
     for value in values:
-        builder.append(int(time.time() * 1000), None, value, [])
+        builder.append(int(time.time() * 1000), None, value, headers or [])
     builder.close()
     return bytes(builder.buffer())
 
@@ -346,6 +348,26 @@ def test_a_resent_batch_is_answered_as_a_duplicate_and_a_gap_is_refused(db_url: 
     finally:
         wire.close()
     assert [r.value for r in read_partition(db_url, TOPIC, 2)] == [b"once-1", b"once-2"]
+
+
+@pytest.mark.timeout(60)
+def test_a_batch_the_store_cannot_hold_is_refused_alone(db_url: str, broker: str) -> None:
+    """A header key with U+0000 (jsonb cannot hold it) fails its batch's partition with
+    INVALID_RECORD, and nothing of it is written; the producer's next batch goes in."""
+    wire = _Wire(broker)
+    try:
+        ident = wire.call(
+            InitProducerIdRequest(version=4, transactional_id=None, transaction_timeout_ms=60_000),
+            InitProducerIdResponse,
+        )
+        bad = _batch(ident.producer_id, ident.producer_epoch, 0, [b"nul"], headers=[("a\x00b", b"v")])
+        assert _produce(wire, bad).error_code == 87  # INVALID_RECORD
+        good = _batch(ident.producer_id, ident.producer_epoch, 0, [b"kept"], headers=[("trace", b"t1")])
+        assert _produce(wire, good).error_code == 0
+    finally:
+        wire.close()
+    (record,) = read_partition(db_url, TOPIC, 2)
+    assert (record.value, record.headers) == (b"kept", (("trace", b"t1"),))
 
 
 @pytest.mark.timeout(60)
