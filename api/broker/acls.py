@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from oncelog import errors
-from oncelog.broker.common import INVALID_REQUEST, NONE, Database, error_code
+from oncelog.broker.common import INVALID_REQUEST, NONE, Database, admin_error_code
 from oncelog.store import acl
 from oncelog.types import AclBinding, AclBindingFilter, AclOperation, AclPatternType, AclResourceType
 
@@ -27,7 +27,6 @@ _RESOURCE_TYPES: dict[int, AclResourceType] = {2: "topic", 3: "group", 5: "trans
 _PATTERN_TYPES: dict[int, AclPatternType] = {3: "literal", 4: "prefixed"}
 _OPERATIONS: dict[int, AclOperation] = {2: "all", 3: "read", 4: "write", 8: "describe"}
 _ANY, _MATCH, _ALLOW = 1, 2, 3
-_CLUSTER_AUTHORIZATION_FAILED = 31
 _USER = "User:"
 
 
@@ -38,12 +37,6 @@ class _Unfit(Exception):
 class _MatchesNothing(Exception):
     """A filter no stored ACL can match (a principal that is not ``User:<role>``): Kafka's
     filters compare principals exactly, so the answer is empty, not an error."""
-
-
-def _code(exc: errors.OncelogError) -> int:
-    if isinstance(exc, errors.AuthorizationError):
-        return _CLUSTER_AUTHORIZATION_FAILED  # managing ACLs is Kafka's ALTER/DESCRIBE on the cluster
-    return error_code(exc)
 
 
 def _pick(codes: dict[int, T], code: int, what: str) -> T:
@@ -132,7 +125,7 @@ class AclHandlers:
             except _Unfit as exc:
                 code, message = INVALID_REQUEST, str(exc)
             except errors.OncelogError as exc:
-                code, message = _code(exc), exc.message
+                code, message = admin_error_code(exc), exc.message
             results.append(response_class.AclCreationResult(error_code=code, error_message=message))
         return response_class(version=request.version, throttle_time_ms=0, results=results)
 
@@ -168,7 +161,7 @@ class AclHandlers:
         except _Unfit as exc:
             return answer(INVALID_REQUEST, str(exc), [])
         except errors.OncelogError as exc:
-            return answer(_code(exc), exc.message, [])
+            return answer(admin_error_code(exc), exc.message, [])
         return answer(NONE, None, found)
 
     async def delete_acls(self, request: Any, response_class: Any) -> Any:
@@ -183,7 +176,7 @@ class AclHandlers:
             except _Unfit as exc:
                 code, message = INVALID_REQUEST, str(exc)
             except errors.OncelogError as exc:
-                code, message = _code(exc), exc.message
+                code, message = admin_error_code(exc), exc.message
             results.append(
                 result_class(
                     error_code=code,

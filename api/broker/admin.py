@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from oncelog import errors
-from oncelog.broker.common import NONE, Database, Node, error_code
+from oncelog.broker.common import NONE, Database, Node, admin_error_code
 from oncelog.store import ops, topics
 
 __all__ = ["KAFKA_TOPIC_CONFIGS", "AdminHandlers"]
@@ -25,8 +25,8 @@ KAFKA_TOPIC_CONFIGS = {
     "retention.bytes": "retention_bytes",
     "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
 }
-#: Kafka's INVALID_REPLICATION_FACTOR, INVALID_CONFIG and CLUSTER_AUTHORIZATION_FAILED.
-INVALID_REPLICATION_FACTOR, INVALID_CONFIG, CLUSTER_AUTHORIZATION_FAILED = 38, 40, 31
+#: Kafka's INVALID_REPLICATION_FACTOR and INVALID_CONFIG.
+INVALID_REPLICATION_FACTOR, INVALID_CONFIG = 38, 40
 #: DescribeConfigs resource types: a topic, a broker.
 _TOPIC, _BROKER = 2, 4
 #: DescribeConfigs config sources: set on the topic, the broker's command line, a default.
@@ -69,12 +69,6 @@ def _at_default(key: str, value: int | None, following: frozenset[str]) -> bool:
     if key == "retention_bytes":
         return value is None
     return value == topics.COLUMN_DEFAULTS.get(key)
-
-
-def _code(exc: errors.OncelogError) -> int:
-    if isinstance(exc, errors.AuthorizationError) and not isinstance(exc, errors.TopicAuthorizationError):
-        return CLUSTER_AUTHORIZATION_FAILED  # the admin role is Kafka's cluster permission
-    return error_code(exc)
 
 
 class AdminHandlers:
@@ -149,7 +143,7 @@ class AdminHandlers:
                     self._db.call, topics.create_topic, name=topic.name, partitions=partitions, config=config or None
                 )
         except errors.OncelogError as exc:
-            return _code(exc), exc.message
+            return admin_error_code(exc), exc.message
         return NONE, None
 
     async def delete_topics(self, request: Any, response_class: Any) -> Any:
@@ -159,7 +153,7 @@ class AdminHandlers:
                 await self._run(self._db.call, topics.delete_topic, name=name)
                 code, message = NONE, None
             except errors.OncelogError as exc:
-                code, message = _code(exc), exc.message
+                code, message = admin_error_code(exc), exc.message
             results.append(response_class.DeletableTopicResult(name=name, error_code=code, error_message=message))
         return response_class(version=request.version, throttle_time_ms=0, responses=results)
 
@@ -182,7 +176,7 @@ class AdminHandlers:
                     else:
                         await self._run(self._db.call, topics.create_partitions, name=topic.name, total=topic.count)
                 except errors.OncelogError as exc:
-                    code, message = _code(exc), exc.message
+                    code, message = admin_error_code(exc), exc.message
             results.append(
                 response_class.CreatePartitionsTopicResult(name=topic.name, error_code=code, error_message=message)
             )
@@ -215,7 +209,7 @@ class AdminHandlers:
             return {p: (NONE, low[p]) for p in asked}
         except errors.OncelogError as exc:
             if len(asked) == 1:
-                return {p: (_code(exc), -1) for p in asked}
+                return {p: (admin_error_code(exc), -1) for p in asked}
         out: dict[int, tuple[int, int]] = {}
         for p, offset in asked.items():
             out.update(await self._delete_records(topic, {p: offset}))
@@ -228,7 +222,7 @@ class AdminHandlers:
                 await self._run(self._db.call, ops.delete_group, group_id=group_id)
                 code = NONE
             except errors.OncelogError as exc:
-                code = _code(exc)
+                code = admin_error_code(exc)
             results.append(response_class.DeletableGroupResult(group_id=group_id, error_code=code))
         return response_class(version=request.version, throttle_time_ms=0, results=results)
 
@@ -272,7 +266,7 @@ class AdminHandlers:
                 except _BadConfig as exc:
                     code, message = INVALID_CONFIG, str(exc)
                 except errors.OncelogError as exc:
-                    code, message = _code(exc), exc.message
+                    code, message = admin_error_code(exc), exc.message
             results.append(
                 response_class.AlterConfigsResourceResponse(
                     error_code=code,
@@ -294,7 +288,7 @@ class AdminHandlers:
                 try:
                     described = await self._run(self._db.call, topics.describe_topic, name=resource.resource_name)
                 except errors.OncelogError as exc:
-                    code, message = _code(exc), exc.message
+                    code, message = admin_error_code(exc), exc.message
                 else:
                     for kafka_name, key in KAFKA_TOPIC_CONFIGS.items():
                         value = described.config.get(key)

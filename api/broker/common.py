@@ -15,12 +15,14 @@ from oncelog import errors
 __all__ = [
     "API_RANGES",
     "CLIENT_ID",
+    "CLUSTER_AUTHORIZATION_FAILED",
     "ERROR_CODES",
     "INVALID_REQUEST",
     "NONE",
     "UNKNOWN_TOPIC_OR_PARTITION",
     "Database",
     "Node",
+    "admin_error_code",
     "commit_answer",
     "committed_offsets",
     "error_code",
@@ -117,15 +119,28 @@ ERROR_CODES: dict[type[errors.OncelogError], int] = {
     errors.TransactionAbortableError: 47,
 }
 UNKNOWN_SERVER_ERROR, NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST = -1, 0, 3, 42
+#: Kafka's CLUSTER_AUTHORIZATION_FAILED: the admin role is Kafka's cluster permission.
+CLUSTER_AUTHORIZATION_FAILED = 31
 
 
-def error_code(exc: BaseException) -> int:
-    """The Kafka error code of ``exc``: its class's, or its nearest base class's."""
+def error_code(exc: BaseException, *, denied: int | None = None) -> int:
+    """The Kafka error code of ``exc``: its class's, or its nearest base class's. ``denied``: the
+    code of the store's plain AuthorizationError (the role may not call a function or read a
+    view) for the request at hand, e.g. CLUSTER_AUTHORIZATION_FAILED for admin APIs, which need
+    the admin role; its subclasses (topic, group, transactional id) keep their own codes."""
+    if denied is not None and type(exc) is errors.AuthorizationError:
+        return denied
     for cls in type(exc).__mro__:
         code = ERROR_CODES.get(cls)
         if code is not None:
             return code
     return UNKNOWN_SERVER_ERROR
+
+
+def admin_error_code(exc: BaseException) -> int:
+    """:func:`error_code` for an admin API: the store's plain AuthorizationError (the role is not
+    the admin role) is CLUSTER_AUTHORIZATION_FAILED."""
+    return error_code(exc, denied=CLUSTER_AUTHORIZATION_FAILED)
 
 
 @dataclass(frozen=True, slots=True)

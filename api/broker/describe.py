@@ -15,10 +15,11 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
+from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
 from oncelog import errors
 from oncelog.broker.common import NONE, Database, error_code
+from oncelog.broker.groups import encode_assignment
 from oncelog.store import ops, txn
 from oncelog.store.schema import TXN_STATES
 from oncelog.types import TopicPartition
@@ -32,17 +33,11 @@ KAFKA_TXN_STATES = frozenset(TXN_STATES) | {"PrepareEpochFence"}
 #: (Reconciling) is one whose members are being told to rejoin.
 KAFKA_GROUP_STATES = {"Empty": "Empty", "Stable": "Stable", "Reconciling": "PreparingRebalance"}
 #: Kafka's TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+#: (A role that may not read a view gets the resource's own authorization error, as Kafka answers
+#: a principal without DESCRIBE.)
 _TOPIC_DENIED, _GROUP_DENIED, _TXN_DENIED = 29, 30, 53
 #: Kafka's TRANSACTIONAL_ID_NOT_FOUND: DescribeTransactions' answer for an id nobody initialised.
 _TXN_NOT_FOUND = 105
-
-
-def _code(exc: errors.OncelogError, denied: int) -> int:
-    # Reading a view or table the role may not read is the store's AuthorizationError: the
-    # resource's own authorization error, as Kafka answers a principal without DESCRIBE.
-    if type(exc) is errors.AuthorizationError:
-        return denied
-    return error_code(exc)
 
 
 def _ms(at: datetime | None) -> int:
@@ -85,7 +80,7 @@ class DescribeHandlers:
                 described.append(self._group(group_class, group_id, state="Dead"))
                 continue
             except errors.OncelogError as exc:
-                described.append(self._group(group_class, group_id, code=_code(exc, _GROUP_DENIED)))
+                described.append(self._group(group_class, group_id, code=error_code(exc, denied=_GROUP_DENIED)))
                 continue
             members = [
                 member_class(
@@ -96,14 +91,7 @@ class DescribeHandlers:
                     member_metadata=ConsumerProtocolSubscription(
                         version=0, topics=list(m.subscription), user_data=b""
                     ).encode(),
-                    member_assignment=ConsumerProtocolAssignment(
-                        version=0,
-                        assigned_partitions=[
-                            ConsumerProtocolAssignment.TopicPartition(topic=t, partitions=ps)
-                            for t, ps in _by_topic(m.assignment).items()
-                        ],
-                        user_data=b"",
-                    ).encode(),
+                    member_assignment=encode_assignment(m.assignment),
                 )
                 for m in group.members
             ]
@@ -131,7 +119,7 @@ class DescribeHandlers:
             listed = await self._run(self._db.call, ops.list_groups)
         except errors.OncelogError as exc:
             return response_class(
-                version=request.version, throttle_time_ms=0, error_code=_code(exc, _GROUP_DENIED), groups=[]
+                version=request.version, throttle_time_ms=0, error_code=error_code(exc, denied=_GROUP_DENIED), groups=[]
             )
         wanted = set(getattr(request, "states_filter", None) or ())
         groups = []
@@ -156,7 +144,7 @@ class DescribeHandlers:
                 found = await self._run(self._db.call, ops.describe_producers, topic=topic.name)
                 code, message = NONE, None
             except errors.OncelogError as exc:
-                found, code, message = [], _code(exc, _TOPIC_DENIED), exc.message
+                found, code, message = [], error_code(exc, denied=_TOPIC_DENIED), exc.message
             partitions = []
             for index in topic.partition_indexes:
                 partitions.append(
@@ -192,7 +180,9 @@ class DescribeHandlers:
                 status = await self._run(self._db.call, txn.describe_transaction, transactional_id=tid)
             except errors.OncelogError as exc:
                 code = (
-                    _TXN_NOT_FOUND if isinstance(exc, errors.TransactionalIdNotFoundError) else _code(exc, _TXN_DENIED)
+                    _TXN_NOT_FOUND
+                    if isinstance(exc, errors.TransactionalIdNotFoundError)
+                    else error_code(exc, denied=_TXN_DENIED)
                 )
                 states.append(
                     state_class(
@@ -239,7 +229,7 @@ class DescribeHandlers:
             return response_class(
                 version=request.version,
                 throttle_time_ms=0,
-                error_code=_code(exc, _TXN_DENIED),
+                error_code=error_code(exc, denied=_TXN_DENIED),
                 unknown_state_filters=unknown,
                 transaction_states=[],
             )

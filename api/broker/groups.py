@@ -32,7 +32,7 @@ from oncelog import errors
 from oncelog.broker.common import CLIENT_ID, NONE, Database, Node, commit_answer, committed_offsets, error_code
 from oncelog.store import groups, topics
 
-__all__ = ["GroupHandlers"]
+__all__ = ["GroupHandlers", "encode_assignment"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,22 @@ _GROUP_COORDINATOR = 0
 _CLIENT_ID_CHARS = 255
 
 Partitions = frozenset[tuple[str, int]]
+
+
+def encode_assignment(partitions: Iterable[tuple[str, int]]) -> bytes:
+    """Partitions as the consumer protocol's assignment (SyncGroup's answer, DescribeGroups'
+    member assignment), topics and partitions in order."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    entry = ConsumerProtocolAssignment.TopicPartition
+    return bytes(
+        ConsumerProtocolAssignment(
+            version=0,
+            assigned_partitions=[entry(topic=t, partitions=ps) for t, ps in by_topic.items()],
+            user_data=b"",
+        ).encode()
+    )
 
 
 class GroupHandlers:
@@ -123,17 +139,8 @@ class GroupHandlers:
 
     async def sync_group(self, request: Any, response_class: Any) -> Any:
         def answer(code: int, assignment: Partitions = frozenset()) -> Any:
-            by_topic: dict[str, list[int]] = {}
-            for topic, partition in sorted(assignment):
-                by_topic.setdefault(topic, []).append(partition)
-            entry = ConsumerProtocolAssignment.TopicPartition
-            encoded = ConsumerProtocolAssignment(
-                version=0,
-                assigned_partitions=[entry(topic=t, partitions=ps) for t, ps in by_topic.items()],
-                user_data=b"",
-            ).encode()
             return response_class(
-                version=request.version, throttle_time_ms=0, error_code=code, assignment=bytes(encoded)
+                version=request.version, throttle_time_ms=0, error_code=code, assignment=encode_assignment(assignment)
             )
 
         key = (request.group_id, request.member_id)

@@ -24,6 +24,8 @@ REVOKE ALL ON FUNCTION create_topic_v1(text, integer, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION create_topic_v1(text, integer, jsonb) TO oncelog_admin;
 REVOKE ALL ON FUNCTION group_require_no_members_v1(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION group_member_id_v1(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION group_standalone_commit_v1(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION offset_partitions_known_v1(text[], integer[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION delete_group_v1(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION delete_group_v1(text) TO oncelog_admin;
 REVOKE ALL ON FUNCTION delete_records_v1(text, integer[], bigint[]) FROM PUBLIC;

@@ -173,9 +173,6 @@ CREATE OR REPLACE FUNCTION offset_commit_v1(p_group_id text, p_member_id text, p
  SECURITY DEFINER
  SET search_path FROM CURRENT
 AS $fn$
-DECLARE
-    g groups%ROWTYPE;
-    v_bad text;
 BEGIN
     -- Access control (revision 0009, docs/acl.md), before any lock or write. While enforcement
     -- is off this one lookup is all it costs.
@@ -184,25 +181,15 @@ BEGIN
         PERFORM acl_require_v1('topic', p_topics, 'read');
     END IF;
     PERFORM offset_commit_args_v1(p_topics, p_partitions, p_offsets, p_metadata);
-    g := group_lock_v1(p_group_id, p_member_id IS NULL);
     IF p_member_id IS NULL THEN
-        -- A standalone consumer (no membership) may commit only while the group has no members.
-        IF EXISTS (SELECT 1 FROM group_members x WHERE x.group_id = p_group_id) THEN
-            RAISE EXCEPTION USING ERRCODE = 'OL402',
-                MESSAGE = format('group %L has members: commit as one of them', p_group_id);
-        END IF;
+        PERFORM group_standalone_commit_v1(p_group_id);
     ELSE
+        PERFORM group_lock_v1(p_group_id, false);
         PERFORM group_generation_required_v1(p_group_id, p_generation);
         PERFORM group_member_check_v1(p_group_id, p_member_id, p_group_instance_id, p_generation);
         PERFORM group_owns_partitions_v1(p_group_id, p_member_id, p_generation, p_topics, p_partitions);
     END IF;
-    SELECT format('%s-%s', r.topic, r.partition) INTO v_bad
-    FROM unnest(p_topics, p_partitions) AS r(topic, partition)
-    WHERE NOT EXISTS (SELECT 1 FROM partitions pt JOIN topics t USING (topic_id) WHERE t.name = r.topic AND pt.partition = r.partition)
-    LIMIT 1;
-    IF v_bad IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown partition %s', v_bad);
-    END IF;
+    PERFORM offset_partitions_known_v1(p_topics, p_partitions);
     INSERT INTO committed_offsets AS c (group_id, topic_id, partition, committed_offset, metadata, commit_seq, producer_id, committed_at)
     SELECT p_group_id, t.topic_id, r.partition, r.off, coalesce(r.md, ''), nextval('offset_commit_seq'), NULL, now()
     FROM unnest(p_topics, p_partitions, p_offsets, p_metadata) AS r(topic, partition, off, md)
@@ -258,8 +245,6 @@ CREATE OR REPLACE FUNCTION txn_offset_commit_v1(p_transactional_id text, p_produ
  SECURITY DEFINER
  SET search_path FROM CURRENT
 AS $fn$
-DECLARE
-    v_bad text;
 BEGIN
     -- Access control (revision 0009, docs/acl.md), before any lock or write. While enforcement
     -- is off this one lookup is all it costs.
@@ -277,20 +262,8 @@ BEGIN
         -- alone: only while the group has no members, which nothing then fences (Kafka's rule;
         -- an unknown group is created, as Kafka's coordinator does). A member's offsets need
         -- the member checks below, which keep a member that lost its partitions from committing.
-        PERFORM group_lock_v1(p_group_id, true);
-        PERFORM group_expire_members_v1(p_group_id);
-        IF EXISTS (SELECT 1 FROM group_members x WHERE x.group_id = p_group_id) THEN
-            RAISE EXCEPTION USING ERRCODE = 'OL402',
-                MESSAGE = format('group %L has members: commit as one of them', p_group_id);
-        END IF;
-        SELECT format('%s-%s', r.topic, r.partition) INTO v_bad
-        FROM unnest(p_topics, p_partitions) AS r(topic, partition)
-        WHERE NOT EXISTS (SELECT 1 FROM partitions pt JOIN topics t USING (topic_id)
-                          WHERE t.name = r.topic AND pt.partition = r.partition)
-        LIMIT 1;
-        IF v_bad IS NOT NULL THEN
-            RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown partition %s', v_bad);
-        END IF;
+        PERFORM group_standalone_commit_v1(p_group_id);
+        PERFORM offset_partitions_known_v1(p_topics, p_partitions);
     ELSE
         PERFORM group_lock_v1(p_group_id, false);
         PERFORM group_expire_members_v1(p_group_id);
@@ -301,7 +274,8 @@ BEGIN
     INSERT INTO pending_offsets AS po (group_id, topic_id, partition, producer_id, transactional_id, committed_offset,
                                        metadata, commit_seq, generation, member_id)
     SELECT p_group_id, t.topic_id, r.partition, p_producer_id, p_transactional_id, r.off, coalesce(r.md, ''),
-           nextval('offset_commit_seq'), coalesce(p_generation, -1), coalesce(p_member_id, '')
+           nextval('offset_commit_seq'), CASE WHEN coalesce(p_member_id, '') = '' THEN -1 ELSE p_generation END,
+           coalesce(p_member_id, '')
     FROM unnest(p_topics, p_partitions, p_offsets, p_metadata) AS r(topic, partition, off, md)
     JOIN topics t ON t.name = r.topic
     ORDER BY t.topic_id, r.partition  -- key order (revision 0017)
@@ -922,3 +896,46 @@ AS $fn$
 $fn$;
 COMMENT ON FUNCTION group_member_id_v1(p_client_id text) IS
   'Internal: a new member id, the client id (its first 200 characters, or member) and a UUID.';
+
+CREATE OR REPLACE FUNCTION group_standalone_commit_v1(p_group_id text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+AS $fn$
+BEGIN
+    -- A consumer that is no member (it assigns itself its partitions) commits only while the
+    -- group has no members: nothing fences such a commit, so a member's partitions must not be
+    -- open to it (Kafka's rule). Locks (and creates, as Kafka does) the group row; members past
+    -- their session timeout are removed first, so a crashed consumer does not block it.
+    PERFORM group_lock_v1(p_group_id, true);
+    PERFORM group_expire_members_v1(p_group_id);
+    IF EXISTS (SELECT 1 FROM group_members x WHERE x.group_id = p_group_id) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL402',
+            MESSAGE = format('group %L has members: commit as one of them', p_group_id);
+    END IF;
+END
+$fn$;
+COMMENT ON FUNCTION group_standalone_commit_v1(p_group_id text) IS
+  'Internal: locks (and creates) the group row for a standalone consumer''s commit; UNKNOWN_MEMBER_ID (OL402) while the group has members after the expired ones are removed.';
+
+CREATE OR REPLACE FUNCTION offset_partitions_known_v1(p_topics text[], p_partitions integer[])
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_bad text;
+BEGIN
+    SELECT format('%s-%s', r.topic, r.partition) INTO v_bad
+    FROM unnest(p_topics, p_partitions) AS r(topic, partition)
+    WHERE NOT EXISTS (SELECT 1 FROM partitions pt JOIN topics t USING (topic_id)
+                      WHERE t.name = r.topic AND pt.partition = r.partition)
+    LIMIT 1;
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown partition %s', v_bad);
+    END IF;
+END
+$fn$;
+COMMENT ON FUNCTION offset_partitions_known_v1(p_topics text[], p_partitions integer[]) IS
+  'Internal: UNKNOWN_TOPIC_OR_PARTITION (OL101) for an offset commit naming a partition that does not exist.';

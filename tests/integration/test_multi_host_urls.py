@@ -14,7 +14,6 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 
-import oncelog
 from oncelog import Admin, Consumer, Producer, TopicPartition, aio, errors
 from oncelog.cli import cli
 from oncelog.spark import jdbc_target
@@ -91,7 +90,6 @@ def test_spark_gets_the_same_hosts_in_pgjdbc_form() -> None:
     assert jdbc_target("postgresql://alice@[::1]:5432,db2/logs").url == "jdbc:postgresql://[::1]:5432,db2:5432/logs"
     with pytest.raises(errors.ConfigurationError, match="target_session_attrs"):
         jdbc_target("postgresql://alice@db1,db2/logs?target_session_attrs=whatever")
-    assert oncelog.spark.jdbc_target is jdbc_target
 
 
 def test_the_asyncio_clients_connect_through_a_multi_host_url(db_url: str, multi_host_urls: list[str]) -> None:
