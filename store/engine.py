@@ -378,10 +378,14 @@ class _Watchdog:
     down makes libpq's blocked read fail at once, on whatever thread waits in it, without touching
     the connection object from this thread. Registering is a dict insert under a lock (no thread
     start, no wake-up per request), so it costs a request a few microseconds; the thread looks
-    every ``_TICK`` seconds, which is the precision of the bound.
+    every ``_TICK`` seconds, which is the precision of the bound. The bound counts time the
+    process ran: a stopped and resumed process gets its answer, not a cut connection.
     """
 
     _TICK = 0.05
+    #: A tick this much later than asked means the process did not run in between (SIGSTOP, a
+    #: paused VM, a laptop asleep), not that the network stalled: see _run().
+    _PAUSE = 0.25
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -414,10 +418,20 @@ class _Watchdog:
             return False
 
     def _run(self) -> None:
+        last = time.monotonic()
         while True:
             time.sleep(self._TICK)
             now = time.monotonic()
+            paused = now - last - self._TICK
+            last = now
             with self._lock:
+                if paused > self._PAUSE:
+                    # The whole process was stopped: an answer that arrived meanwhile sits unread
+                    # in the socket, and the waiting thread resumes with this one. Time the
+                    # process did not run is not the network's: every deadline moves by it, so a
+                    # frozen and resumed client (a zombie producer) reads its answer instead of
+                    # failing with a cut connection (DatabaseUnavailableError).
+                    self._due = {t: (d + paused, fd, ino) for t, (d, fd, ino) in self._due.items()}
                 # Cut under the lock: disarm() cannot return (and the fd be closed and reused by
                 # another connection) while the socket is being shut down.
                 for token, (deadline, fd, inode) in list(self._due.items()):
