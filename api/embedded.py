@@ -26,6 +26,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from oncelog.errors import EmbeddedServerError, ServerBinariesNotFoundError
 from oncelog.store.cluster import create_database
@@ -213,72 +214,16 @@ class EmbeddedPostgres:
 
     # --- internals ---------------------------------------------------------------------------
 
-    def _as_server_user(self) -> bool:
-        return os.geteuid() == 0
-
-    def _server_user(self) -> pwd.struct_passwd:
-        try:
-            return pwd.getpwnam(SERVER_OS_USER)
-        except KeyError:
-            raise EmbeddedServerError(
-                "running as root, and PostgreSQL refuses to run as root; there is no "
-                f"'{SERVER_OS_USER}' user to run it as (Debian's postgresql package creates it: "
-                "sudo apt-get install -y postgresql), or run oncelog as a normal user"
-            ) from None
-
     def _prepare_dir(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if self._as_server_user():
-            user = self._server_user()
-            os.chown(self.data_dir, user.pw_uid, user.pw_gid)
-            # Every folder above the data directory must be enterable by the server's user.
-            for parent in self.data_dir.resolve().parents:
-                if not os.stat(parent).st_mode & 0o001:
-                    raise EmbeddedServerError(
-                        f"the '{SERVER_OS_USER}' user cannot enter {parent}; choose a data directory "
-                        "outside it (oncelog --dev-db-dir, or ONCELOG_DEV_DB_DIR)"
-                    )
+        prepare_data_dir(self.data_dir)
 
     def _run(self, argv: list[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
-        # As root, the tools run as the server's user: Python drops the privileges itself (no
-        # runuser or su, which need not be on PATH), with that user's groups only.
-        user = self._server_user() if self._as_server_user() else None
-        try:
-            proc = subprocess.run(
-                argv,
-                capture_output=True,
-                text=True,
-                timeout=120,
-                cwd=str(self.data_dir),
-                check=False,
-                user=user.pw_uid if user else None,
-                group=user.pw_gid if user else None,
-                extra_groups=[] if user else None,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise EmbeddedServerError(f"{Path(argv[0]).name} failed: {exc}") from exc
-        if check and proc.returncode != 0:
-            raise EmbeddedServerError(
-                f"{' '.join(Path(a).name if i == 0 else a for i, a in enumerate(argv))} exited with "
-                f"{proc.returncode}:\n{proc.stdout}{proc.stderr}{self._log_tail()}"
-            )
-        return proc
-
-    def _log_tail(self, lines: int = 20) -> str:
-        try:
-            text = self.log_file.read_text(errors="replace").splitlines()[-lines:]
-        except OSError:
-            return ""
-        return "\nserver log (" + str(self.log_file) + "):\n" + "\n".join(text)
+        return run_server_tool(argv, cwd=self.data_dir, check=check, log_file=self.log_file)
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
-        with open(self.data_dir / ".lock", "a+") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        with dir_lock(self.data_dir):
+            yield
 
     def _initdb(self, bindir: Path) -> None:
         if self.pgdata.exists():
@@ -316,10 +261,7 @@ class EmbeddedPostgres:
             f"host all {SUPERUSER} 127.0.0.1/32 trust\n"
             "host all all 127.0.0.1/32 scram-sha-256\n"
         )
-        if self._as_server_user():
-            user = self._server_user()
-            os.chown(self._conf_file, user.pw_uid, user.pw_gid)
-            os.chown(hba, user.pw_uid, user.pw_gid)
+        give_to_server_user(self._conf_file, hba)
 
     def _start_server(self, bindir: Path) -> None:
         # A saved port is reused so the URL stays stable across restarts; if something else took
@@ -368,6 +310,110 @@ class EmbeddedPostgres:
         tmp = self._state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps({"port": port}))
         tmp.replace(self._state_file)
+
+
+# --- running the server's tools as the server's user (also oncelog.dev_cluster's) ----------------
+
+
+def server_user() -> pwd.struct_passwd | None:
+    """The user the server's tools run as: ``postgres`` under root (PostgreSQL refuses root),
+    None (ourselves) otherwise."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam(SERVER_OS_USER)
+    except KeyError:
+        raise EmbeddedServerError(
+            "running as root, and PostgreSQL refuses to run as root; there is no "
+            f"'{SERVER_OS_USER}' user to run it as (Debian's postgresql package creates it: "
+            "sudo apt-get install -y postgresql), or run oncelog as a normal user"
+        ) from None
+
+
+def give_to_server_user(*paths: Path) -> None:
+    """Make the server's user own ``paths`` (files we wrote into its data directory)."""
+    user = server_user()
+    if user is not None:
+        for path in paths:
+            os.chown(path, user.pw_uid, user.pw_gid)
+
+
+def prepare_data_dir(data_dir: Path) -> None:
+    """Create ``data_dir`` for the server's user, which must be able to reach it."""
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    user = server_user()
+    if user is not None:
+        os.chown(data_dir, user.pw_uid, user.pw_gid)
+        # Every folder above the data directory must be enterable by the server's user.
+        for parent in data_dir.resolve().parents:
+            if not os.stat(parent).st_mode & 0o001:
+                raise EmbeddedServerError(
+                    f"the '{SERVER_OS_USER}' user cannot enter {parent}; choose a data directory "
+                    "outside it (oncelog --dev-db-dir, or ONCELOG_DEV_DB_DIR)"
+                )
+
+
+def server_tool_kwargs() -> dict[str, Any]:
+    """subprocess arguments that run a server tool as the server's user: Python drops the
+    privileges itself (no runuser or su, which need not be on PATH), with that user's groups only."""
+    user = server_user()
+    if user is None:
+        return {}
+    return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+
+
+def run_server_tool(
+    argv: list[str],
+    *,
+    cwd: Path,
+    check: bool = True,
+    log_file: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` as the server's user; with ``check``, a failure raises EmbeddedServerError
+    with its output (and the end of ``log_file``)."""
+    try:
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=str(cwd),
+            check=False,
+            env=env,
+            **server_tool_kwargs(),
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EmbeddedServerError(f"{Path(argv[0]).name} failed: {exc}") from exc
+    if check and proc.returncode != 0:
+        raise EmbeddedServerError(
+            f"{' '.join(Path(a).name if i == 0 else a for i, a in enumerate(argv))} exited with "
+            f"{proc.returncode}:\n{proc.stdout}{proc.stderr}{log_tail(log_file)}"
+        )
+    return proc
+
+
+def log_tail(log_file: Path | None, lines: int = 20) -> str:
+    """The last ``lines`` of a server's log, for an error message ('' if there is none)."""
+    if log_file is None:
+        return ""
+    try:
+        text = log_file.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return ""
+    return "\nserver log (" + str(log_file) + "):\n" + "\n".join(text)
+
+
+@contextlib.contextmanager
+def dir_lock(data_dir: Path) -> Iterator[None]:
+    """Serialise processes that start or stop the server in ``data_dir``."""
+    with open(data_dir / ".lock", "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _port_free(port: int) -> bool:

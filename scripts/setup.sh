@@ -6,7 +6,8 @@
 #   scripts/setup.sh dev    the above, plus what the tests need: the dev, metrics, bench and verify
 #                           extras and oncelog-verify (the default: scripts/test.sh, .ci/run)
 #
-#   apt: PostgreSQL server binaries, a Java runtime >= 17 (Spark 4) and the PostgreSQL JDBC driver
+#   apt: PostgreSQL server binaries, pg_auto_failover (oncelog dev-cluster), a Java runtime >= 17
+#        (Spark 4) and the PostgreSQL JDBC driver
 #   pip: a virtual environment .venv holding the project, editable
 # It ends by saying what it installed.
 set -euo pipefail
@@ -61,6 +62,14 @@ command -v java >/dev/null || missing+=(default-jre-headless)
 [ "$profile" = dev ] && ! command -v kcat >/dev/null && missing+=(kcat)
 if [ ${#missing[@]} -gt 0 ]; then
   apt_install "${missing[@]}"
+fi
+
+# pg_auto_failover runs `oncelog dev-cluster` (three nodes with automatic failover); its
+# extension is built for one PostgreSQL major version: the newest server installed.
+pg_major=$(ls /usr/lib/postgresql 2>/dev/null | sort -n | tail -1 || true)
+if [ -n "$pg_major" ] && { ! command -v pg_autoctl >/dev/null \
+    || [ ! -f "/usr/share/postgresql/$pg_major/extension/pgautofailover.control" ]; }; then
+  apt_install pg-auto-failover-cli "postgresql-$pg_major-auto-failover"
 fi
 
 # Spark 4 runs on Java 17 or later: an older default java gets a newer one beside it.
@@ -146,5 +155,5 @@ fi
 if [ ${#installed[@]} -gt 0 ]; then
   echo "setup: installed: $(IFS=';'; echo "${installed[*]}" | sed 's/;/; /g')"
 else
-  echo "setup: nothing to install (PostgreSQL, Java $(java_major), the JDBC driver and .venv are in place)"
+  echo "setup: nothing to install (PostgreSQL, pg_auto_failover, Java $(java_major), the JDBC driver and .venv are in place)"
 fi

@@ -23,6 +23,7 @@ from oncelog.cli.context import CliContext
 from oncelog.cli.coordinator import coordinator
 from oncelog.cli.db import db
 from oncelog.cli.demo import demo
+from oncelog.cli.devcluster import dev_cluster
 from oncelog.cli.devdb import dev_db
 from oncelog.cli.groups import groups
 from oncelog.cli.spark import spark
@@ -115,6 +116,7 @@ _RUN = _Run()
 
 cli.add_command(broker)
 cli.add_command(db)
+cli.add_command(dev_cluster)
 cli.add_command(dev_db)
 cli.add_command(demo)
 cli.add_command(coordinator)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from oncelog.cli.context import CliContext
-from oncelog.cli.render import json_option, print_json
+from oncelog.cli.render import json_option, print_json, print_stopped
 
 #: Where the cluster lives, as every command's help says.
 _WHERE = (
@@ -33,11 +33,7 @@ def start(obj: CliContext, as_json: bool) -> None:
 @click.pass_obj
 def stop(obj: CliContext, immediate: bool, as_json: bool) -> None:
     """Stop the embedded cluster."""
-    stopped = obj.embedded.stop("immediate" if immediate else "fast")
-    if as_json:
-        print_json({"stopped": stopped})
-    else:
-        click.echo("stopped" if stopped else "not running")
+    print_stopped(obj.embedded.stop("immediate" if immediate else "fast"), as_json=as_json)
 
 
 @dev_db.command(help=f"Print the embedded cluster's URL (starting it if needed). {_WHERE}")

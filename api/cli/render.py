@@ -138,6 +138,14 @@ def print_json(value: Any, *, compact: bool = False) -> None:
     click.echo(text)
 
 
+def print_stopped(stopped: bool, *, as_json: bool) -> None:
+    """What a ``stop`` command says: whether it stopped something (``dev-db``, ``dev-cluster``)."""
+    if as_json:
+        print_json({"stopped": stopped})
+    else:
+        click.echo("stopped" if stopped else "not running")
+
+
 def cell(value: Any) -> str:
     """A value as table text: '-' for None, datetimes to the second, durations as h/m/s."""
     if value is None:

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import click
 import psycopg
 import pytest
 import sqlalchemy as sa
@@ -29,7 +30,8 @@ from sqlalchemy.engine import make_url
 from oncelog.embedded import EmbeddedPostgres, find_server_binaries
 from oncelog.errors import ConfigurationError, ServerBinariesNotFoundError
 from oncelog.store import create_engine, migrate
-from oncelog.verify.faults import SERVER_FAULTS, Fault, plan_faults
+from oncelog.verify.cli import resolve_faults
+from oncelog.verify.faults import CLUSTER_FAULTS, SERVER_FAULTS, Fault, plan_faults
 from oncelog.verify.history import OpType
 from oncelog.verify.proxy import FaultProxy
 from oncelog.verify.runner import RunConfig, RunInfo, RunReport, verify
@@ -90,6 +92,25 @@ def test_the_plan_is_seeded_and_has_every_fault() -> None:
     for earlier, later in itertools.pairwise(longer):
         assert earlier.at + earlier.duration < later.at  # one window at a time
     assert plan_faults([], duration=60.0, seed=7) == []
+
+
+def test_the_faults_follow_what_the_deployment_allows() -> None:
+    """Server restarts on the embedded server, the failover on the dev cluster; by default, every
+    fault the deployment allows; asked for where they cannot run, a usage error."""
+    every = set(Fault)
+    chosen, skipped = resolve_faults([], managed=True)
+    assert set(chosen) == every - CLUSTER_FAULTS and set(skipped) == CLUSTER_FAULTS
+    chosen, skipped = resolve_faults([], managed=False)
+    assert set(chosen) == every - CLUSTER_FAULTS - SERVER_FAULTS
+    chosen, skipped = resolve_faults([], managed=True, cluster=True)
+    assert set(chosen) == every - SERVER_FAULTS and set(skipped) == SERVER_FAULTS
+    assert resolve_faults(["failover", "kill"], managed=True, cluster=True) == ([Fault.FAILOVER, Fault.KILL], [])
+    with pytest.raises(click.UsageError, match="--dev-cluster"):
+        resolve_faults(["failover"], managed=True)
+    with pytest.raises(click.UsageError, match="crashes its primary instead"):
+        resolve_faults(["restart-crash"], managed=True, cluster=True)
+    with pytest.raises(click.UsageError, match="ONCELOG_DATABASE_URL"):
+        resolve_faults(["restart-fast"], managed=False)
 
 
 def test_a_client_spec_round_trips_as_json() -> None:
@@ -289,7 +310,7 @@ def test_the_command_end_to_end(db_url: str, tmp_path: Path) -> None:
     result = json.loads(out)
     assert result["verdict"]["valid"] is True, result["verdict"]["anomalies"][:5]
     assert "skipping restart-crash, restart-fast" in " ".join(err.split())
-    allowed = {str(f) for f in Fault if f not in SERVER_FAULTS}
+    allowed = {str(f) for f in Fault if f not in SERVER_FAULTS | CLUSTER_FAULTS}
     assert set(result["run"]["faults_selected"]) == allowed
     assert {f for f, counts in result["run"]["faults"].items() if counts["fired"] >= 1} == allowed
     assert set(result["run"]["workloads"]) == {str(w) for w in Workload}

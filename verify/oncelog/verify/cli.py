@@ -9,6 +9,7 @@ anomaly. Server restarts need a server oncelog manages: the embedded default.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import threading
 import time
@@ -23,29 +24,43 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from oncelog.cli.context import CliContext
+from oncelog.dev_cluster import DevCluster, default_cluster_dir
 from oncelog.errors import SchemaNotReadyError
 from oncelog.store import migrate
 from oncelog.verify import runner
 from oncelog.verify.checker import render_verdict, verdict_to_json
-from oncelog.verify.faults import SERVER_FAULTS, Fault
+from oncelog.verify.faults import CLUSTER_FAULTS, SERVER_FAULTS, Fault
 from oncelog.verify.workloads import Workload
 
 _NONE = "none"
 
 
-def resolve_faults(names: Sequence[str], *, managed: bool) -> tuple[list[Fault], list[Fault]]:
+def resolve_faults(names: Sequence[str], *, managed: bool, cluster: bool = False) -> tuple[list[Fault], list[Fault]]:
     """The faults to inject and the ones skipped, from the ``--fault`` values (none: every fault
-    the deployment allows). Server restarts asked for explicitly on a server oncelog does not
-    manage are a usage error."""
+    the deployment allows). Server restarts need the embedded server (``managed``), a failover
+    the dev cluster (``cluster``); asked for explicitly elsewhere, they are a usage error."""
     if _NONE in names:
         if len(set(names)) > 1:
             raise click.UsageError("--fault none cannot be combined with other faults")
         return [], []
+
+    def allowed(fault: Fault) -> bool:
+        if fault in SERVER_FAULTS:
+            return managed and not cluster
+        return cluster or fault not in CLUSTER_FAULTS
+
     if not names:
-        allowed = [f for f in Fault if managed or f not in SERVER_FAULTS]
-        return allowed, [f for f in Fault if f not in allowed]
+        chosen = [f for f in Fault if allowed(f)]
+        return chosen, [f for f in Fault if f not in chosen]
     chosen = [Fault(n) for n in dict.fromkeys(names)]
-    refused = [str(f) for f in chosen if f in SERVER_FAULTS and not managed]
+    refused = [str(f) for f in chosen if not allowed(f)]
+    if refused and cluster:
+        raise click.UsageError(
+            f"--fault {', '.join(refused)} restarts one server; "
+            "on the dev cluster, --fault failover crashes its primary instead"
+        )
+    if any(f in CLUSTER_FAULTS for f in chosen if not allowed(f)):
+        raise click.UsageError("--fault failover crashes the primary of the dev cluster: run with --dev-cluster")
     if refused:
         raise click.UsageError(
             f"--fault {', '.join(refused)} restarts the PostgreSQL server, which oncelog can only do for the "
@@ -85,6 +100,13 @@ def resolve_faults(names: Sequence[str], *, managed: bool) -> tuple[list[Fault],
     type=click.Path(file_okay=False, path_type=Path),
     help="A new directory for the history, the verdict and the client logs (default: ./oncelog-verify/<time>-<seed>).",
 )
+@click.option(
+    "--dev-cluster",
+    "dev_cluster",
+    is_flag=True,
+    help="Run on `oncelog dev-cluster` (started and migrated if needed; its folder from ONCELOG_DEV_CLUSTER_DIR), "
+    "with the failover fault: crash the primary, follow the promotion.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict and the run summary as JSON.")
 @click.pass_context
 def verify(
@@ -96,23 +118,34 @@ def verify(
     seed: int | None,
     clients: int,
     output: Path | None,
+    dev_cluster: bool,
     as_json: bool,
 ) -> None:
     """Check exactly-once semantics on this deployment under faults (exit status 1 on any anomaly)."""
     obj: CliContext = ctx.obj
+    if dev_cluster and obj.database_url is not None:
+        raise click.UsageError("--dev-cluster runs on the dev cluster: give no database URL with it")
     managed = obj.database_url is None
-    chosen, skipped = resolve_faults(faults, managed=managed)
+    chosen, skipped = resolve_faults(faults, managed=managed, cluster=dev_cluster)
     # With --json, stdout holds the JSON only; progress goes to stderr.
     console = Console(stderr=as_json)
     if skipped:
-        console.print(
-            f"skipping {', '.join(str(f) for f in skipped)}: the server of ONCELOG_DATABASE_URL is not managed "
-            "by oncelog, so it is not restarted",
-            soft_wrap=True,
+        why = (
+            "the dev cluster fails over instead of restarting one server"
+            if dev_cluster
+            else "they need the dev cluster (--dev-cluster) or the embedded server, which oncelog manages"
         )
+        console.print(f"skipping {', '.join(str(f) for f in skipped)}: {why}", soft_wrap=True)
     seed = secrets.randbelow(2**31) if seed is None else seed
     output = output or Path("oncelog-verify") / f"{time.strftime('%Y%m%d-%H%M%S')}-{seed}"
     output.mkdir(parents=True, exist_ok=True)
+    cluster = None
+    if dev_cluster:
+        folder = os.environ.get("ONCELOG_DEV_CLUSTER_DIR") or default_cluster_dir(obj.xdg_data_home)
+        cluster = DevCluster(folder, bin_dir=obj.pg_bin_dir)
+        with console.status("starting the dev cluster..."):
+            obj.database_url = cluster.start()
+            migrate.upgrade(obj.engine(migrated=False), schema=obj.schema)
     with console.status("starting the database..."):
         at, want = migrate.current(obj.engine(), schema=obj.schema), migrate.head()
         url = obj.url()
@@ -129,7 +162,8 @@ def verify(
         seed=seed,
         clients=clients,
         schema=obj.schema,
-        server=obj.embedded if managed else None,
+        server=obj.embedded if managed and cluster is None else None,
+        cluster=cluster,
         progress=lambda line: console.print(f"[dim]{escape(line)}[/]", soft_wrap=True),
     )
     console.print(

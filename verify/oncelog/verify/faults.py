@@ -21,10 +21,12 @@ from urllib.parse import urlsplit
 from oncelog.verify.proxy import FAULT_CUT_AFTER_REPLY, FAULT_CUT_BEFORE_REQUEST, FaultProxy
 
 __all__ = [
+    "CLUSTER_FAULTS",
     "NETWORK_FAULTS",
     "PROCESS_FAULTS",
     "SERVER_FAULTS",
     "ClientProcesses",
+    "FailoverCluster",
     "Fault",
     "FaultEvent",
     "FaultWindow",
@@ -61,6 +63,11 @@ class Fault(StrEnum):
     RESTART_FAST = "restart-fast"
     """Stop the managed server with a fast shutdown (open transactions rolled back, clients
     disconnected, a checkpoint) and start it again when the window ends."""
+    FAILOVER = "failover"
+    """Kill the primary of a dev cluster (its keeper and server at once, SIGKILL), wait until a
+    standby is promoted, point the proxy at the new primary, and bring the old one back (it
+    rejoins as a standby) when the window ends. Only on a cluster the runner manages
+    (``oncelog verify --dev-cluster``)."""
     HANGING_TXN = "hanging-txn"
     """A transactional producer with a short transaction timeout writes and flushes, then goes
     silent past its timeout (readers meeting it must abort it), and only then tries to commit."""
@@ -68,6 +75,8 @@ class Fault(StrEnum):
 
 #: Faults that stop the server: only where the runner manages it (the embedded server).
 SERVER_FAULTS: frozenset[Fault] = frozenset({Fault.RESTART_CRASH, Fault.RESTART_FAST})
+#: Faults that need a cluster with failover (``oncelog dev-cluster``) the runner manages.
+CLUSTER_FAULTS: frozenset[Fault] = frozenset({Fault.FAILOVER})
 #: Faults injected by the proxy.
 NETWORK_FAULTS: frozenset[Fault] = frozenset({Fault.CUT_BEFORE, Fault.CUT_AFTER, Fault.STALL})
 #: Faults on client processes.
@@ -86,6 +95,8 @@ _DURATIONS: Mapping[Fault, tuple[float, float]] = {
     Fault.RESTART_CRASH: (0.2, 4.0),
     Fault.RESTART_FAST: (0.2, 4.0),
     Fault.HANGING_TXN: (0.5, 1.5),
+    # After the promotion (itself about 13 s on a dev cluster): the cluster runs one node short.
+    Fault.FAILOVER: (0.5, 3.0),
 }
 #: Quiet time between two windows, in seconds.
 _GAP = (0.2, 0.8)
@@ -173,6 +184,23 @@ class ManagedServer(Protocol):
         ...
 
 
+class FailoverCluster(Protocol):
+    """Servers with automatic failover the nemesis may crash the primary of
+    (:class:`oncelog.dev_cluster.DevCluster`)."""
+
+    def primary_url(self, database: str | None = None) -> str:
+        """The URL of the node that is primary now."""
+        ...
+
+    def fail_over(self, timeout: float = ...) -> str:
+        """Crash the primary and wait until a standby is promoted; the new primary's name."""
+        ...
+
+    def start(self) -> str:
+        """Bring every node back (a crashed primary rejoins as a standby); the cluster's URL."""
+        ...
+
+
 #: Leaves a transaction open past its timeout, holding it ``extra`` seconds longer, then ends it;
 #: returns a description when the store timed the transaction out (the fault fired), else None.
 HangTransaction = Callable[[float, threading.Event], str | None]
@@ -194,6 +222,7 @@ class Nemesis:
         proxy: FaultProxy,
         clients: ClientProcesses,
         server: ManagedServer | None = None,
+        cluster: FailoverCluster | None = None,
         hang: HangTransaction | None = None,
         on_start: Callable[[FaultWindow], None] | None = None,
         on_end: Callable[[FaultEvent], None] | None = None,
@@ -203,12 +232,16 @@ class Nemesis:
         needs_server = {w.fault for w in plan} & SERVER_FAULTS
         if needs_server and server is None:
             raise ValueError(f"faults {sorted(needs_server)} need a server the nemesis manages")
+        if {w.fault for w in plan} & CLUSTER_FAULTS and cluster is None:
+            raise ValueError("the failover fault needs a cluster the nemesis manages")
         if any(w.fault is Fault.HANGING_TXN for w in plan) and hang is None:
             raise ValueError("the hanging-txn fault needs a hanging transaction to run")
         self._plan = list(plan)
         self._proxy = proxy
         self._clients = clients
         self._server = server
+        self._cluster = cluster
+        self._cluster_degraded = False
         self._hang = hang
         self._server_down = False
         self._on_start = on_start
@@ -249,6 +282,9 @@ class Nemesis:
         if self._server is not None and self._server_down:
             self._start_server()
             done.append("server started")
+        if self._cluster is not None and self._cluster_degraded:
+            self._restore_cluster()
+            done.append("cluster restored")
         return done
 
     def summary(self) -> dict[str, dict[str, int]]:
@@ -291,6 +327,8 @@ class Nemesis:
             stop.wait(window.duration)
             self._start_server()
             return int(stopped), f"{mode} shutdown, down for {window.duration:.2f}s, started again"
+        if fault is Fault.FAILOVER:
+            return self._fail_over(window, stop)
         assert fault is Fault.HANGING_TXN and self._hang is not None  # checked in __init__
         outcome = self._hang(window.duration, stop)
         return (1, outcome) if outcome else (0, "the transaction did not time out")
@@ -317,6 +355,29 @@ class Nemesis:
         total = self._proxy.stats.faults_fired.get(key, 0) - first
         return total, f"{total} connections cut ({key}) in {window.duration:.2f}s"
 
+    def _fail_over(self, window: FaultWindow, stop: threading.Event) -> tuple[int, str]:
+        assert self._cluster is not None  # checked in __init__
+        began = time.monotonic()
+        self._cluster_degraded = True
+        new = self._cluster.fail_over()
+        promoted = time.monotonic() - began
+        # New connections reach the new primary; the proxy's connections to the old one are gone.
+        self._point_proxy(self._cluster.primary_url())
+        stop.wait(window.duration)
+        self._restore_cluster()
+        return 1, f"killed the primary; {new} promoted after {promoted:.1f}s; the old primary rejoined"
+
+    def _restore_cluster(self) -> None:
+        assert self._cluster is not None
+        self._cluster.start()
+        self._cluster_degraded = False
+        self._point_proxy(self._cluster.primary_url())
+
+    def _point_proxy(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.hostname and parts.port and (parts.hostname, parts.port) != self._proxy.upstream:
+            self._proxy.set_upstream(parts.hostname, parts.port)
+
     def _heal_window(self, fault: Fault) -> None:
         if fault in NETWORK_FAULTS:
             self._proxy.disarm()
@@ -325,12 +386,12 @@ class Nemesis:
             self._clients.heal()
         elif fault in SERVER_FAULTS and self._server_down:
             self._start_server()
+        elif fault in CLUSTER_FAULTS and self._cluster_degraded:
+            self._restore_cluster()
 
     def _start_server(self) -> None:
         assert self._server is not None
         url = self._server.start()
         self._server_down = False
         # The embedded server keeps its port across restarts unless another process took it.
-        parts = urlsplit(url)
-        if parts.hostname and parts.port and (parts.port != self._proxy.upstream[1]):
-            self._proxy.set_upstream(parts.hostname, parts.port)
+        self._point_proxy(url)

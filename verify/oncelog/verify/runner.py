@@ -48,7 +48,9 @@ from oncelog.store.engine import database_url as parse_database_url
 from oncelog.types import TopicPartition
 from oncelog.verify.checker import Verdict, check, verdict_to_json
 from oncelog.verify.faults import (
+    CLUSTER_FAULTS,
     SERVER_FAULTS,
+    FailoverCluster,
     Fault,
     FaultEvent,
     FaultWindow,
@@ -89,6 +91,9 @@ class RunConfig:
     partitions: int = 3
     schema: str = DEFAULT_SCHEMA
     server: ManagedServer | None = None
+    cluster: FailoverCluster | None = None
+    """A cluster with failover the runner manages (the failover fault): ``database_url`` is then
+    its multi-host URL, and the proxy stands before whichever node is primary."""
     txn_timeout_ms: int = 6000
     """The workloads' transaction timeout: above the nemesis's pauses and stalls, so that only a
     genuinely abandoned transaction (a killed client's, the hanging-txn fault's) times out."""
@@ -158,14 +163,17 @@ def verify(config: RunConfig) -> RunReport:
             admin.create_topic(topic, partitions=config.partitions)
 
     engine = create_engine(config.database_url, schema=config.schema, poolclass=sa.NullPool)
+    # The proxy forwards to one server: on a cluster, the primary of the moment (the nemesis moves
+    # it when it fails over); the runner itself follows the primary through the multi-host URL.
+    proxied = config.database_url if config.cluster is None else config.cluster.primary_url()
     summary: dict[str, Any] = {}
     try:
         with (
-            _proxy_for(config.database_url) as proxy,
+            _proxy_for(proxied) as proxy,
             open(histories / "runner.jsonl", "a", encoding="utf-8") as sink,
         ):
             runner_history = History(sink=sink)
-            client_url = _client_url(proxy, config.database_url)
+            client_url = _client_url(proxy, proxied)
             specs = _client_specs(config, info, client_url)
             plan = plan_faults(config.faults, duration=config.duration, seed=config.seed)
             on_start, on_end = _nemesis_recorder(runner_history, say)
@@ -175,6 +183,7 @@ def verify(config: RunConfig) -> RunReport:
                     proxy=proxy,
                     clients=pool,
                     server=config.server,
+                    cluster=config.cluster,
                     hang=_Hang(config, info, client_url, histories),
                     on_start=on_start,
                     on_end=on_end,
@@ -244,6 +253,14 @@ def _validate(config: RunConfig) -> None:
         raise ConfigurationError(
             f"faults {', '.join(server_faults)} restart the PostgreSQL server, which only works on a "
             "server the runner manages (the embedded one)"
+        )
+    _validate_cluster(config)
+
+
+def _validate_cluster(config: RunConfig) -> None:
+    if set(config.faults) & CLUSTER_FAULTS and config.cluster is None:
+        raise ConfigurationError(
+            "the failover fault crashes the primary of a cluster the runner manages: run with --dev-cluster"
         )
 
 

@@ -1,0 +1,211 @@
+"""Clients through a real failover (issue #20): ``oncelog dev-cluster``'s three nodes under
+pg_auto_failover, the primary killed with SIGKILL (keeper and server at once, as a power cut)
+while clients write and read through the cluster's multi-host URL.
+
+What must hold: every write the store acknowledged is on the new primary (synchronous
+replication, ``ANY 1``), exactly once (the idempotent producer's retries of writes whose outcome
+the crash hid are deduplicated); a transactional copier that retries by Kafka's rules copies
+every record exactly once; a consumer carries on from its position.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from oncelog import Admin, Consumer, Producer, TopicPartition, errors
+from oncelog.cli import cli
+from oncelog.dev_cluster import NODES, DevCluster
+from oncelog.record_future import RecordFuture
+from oncelog.store import create_engine, migrate
+from oncelog.txn_state import TxnState
+
+#: Bounds every wait here; never an assertion on speed.
+WAIT = 180.0
+
+
+@pytest.fixture(scope="module")
+def dev_cluster() -> Iterator[DevCluster]:
+    """A dev cluster of this module's own, migrated (not under pytest's tmp folder: under root
+    that folder is closed to the postgres user)."""
+    cluster = DevCluster(Path(tempfile.mkdtemp(prefix="oncelog-cluster-")))
+    try:
+        engine = create_engine(cluster.start())
+        try:
+            migrate.upgrade(engine)
+        finally:
+            engine.dispose()
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+def read_all(url: str, topic: str, partitions: int) -> list[bytes]:
+    """Every committed value of ``topic``, read from the start by a read_committed consumer."""
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    values: list[bytes] = []
+    with Consumer(url, isolation_level="read_committed") as consumer:
+        consumer.assign(tps)
+        consumer.seek_to_beginning(tps)
+        ends = consumer.end_offsets(tps)
+        deadline = time.monotonic() + WAIT
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            assert time.monotonic() < deadline, "the topic was not read to its end"
+            values += [r.value for r in consumer.poll(0.5) if r.value is not None]
+    return values
+
+
+def test_every_acknowledged_write_survives_the_primarys_crash_exactly_once(dev_cluster: DevCluster) -> None:
+    url = dev_cluster.url()
+    with Admin(url) as admin:
+        admin.create_topic("acked", partitions=4)
+    futures: list[tuple[bytes, RecordFuture]] = []
+    crashed = threading.Event()
+    with Producer(url, linger_ms=2) as producer:
+        sent = 0
+
+        def acknowledged() -> int:
+            return sum(1 for _, f in futures if f.done() and f.exception() is None)
+
+        def send_some(n: int) -> None:
+            nonlocal sent
+            for _ in range(n):
+                value = b"%07d" % sent
+                futures.append((value, producer.send("acked", value, key=value)))
+                sent += 1
+                time.sleep(0.0005)
+
+        while acknowledged() < 300:
+            send_some(50)
+
+        def crash() -> None:
+            dev_cluster.fail_over(WAIT)
+            crashed.set()
+
+        killer = threading.Thread(target=crash)
+        killer.start()
+        # Writes go on through the crash and the promotion: the producer retries them.
+        while not crashed.is_set():
+            send_some(20)
+        killer.join(WAIT)
+        before = acknowledged()
+        send_some(300)
+        producer.flush(WAIT)
+        assert acknowledged() > before  # writing resumed on the new primary
+    failed = [(v, f.exception()) for v, f in futures if f.exception() is not None]
+    assert failed == [], failed[:5]
+    counts = Counter(read_all(url, "acked", 4))
+    assert sorted(counts) == sorted(v for v, _ in futures)  # nothing acknowledged was lost
+    assert [v for v, n in counts.items() if n > 1] == []  # and nothing was written twice
+    dev_cluster.start()  # the old primary rejoins as a standby
+    assert dev_cluster.status().healthy
+
+
+def test_a_transactional_copier_copies_exactly_once_through_a_failover(dev_cluster: DevCluster) -> None:
+    """consume-transform-produce with offsets in the transaction (KIP-447), by Kafka's rules: an
+    abortable or retriable error aborts and starts again from the group's committed offsets."""
+    url = dev_cluster.url()
+    total = 3000
+    with Admin(url) as admin:
+        admin.create_topic("source", partitions=2)
+        admin.create_topic("copy", partitions=2)
+    with Producer(url) as feeder:
+        for i in range(total):
+            feeder.send("source", b"%06d" % i, partition=i % 2)
+        feeder.flush(WAIT)
+    commits = 0
+    killed: str | None = None
+    with (
+        Consumer(url, group_id="copier", isolation_level="read_committed", max_poll_records=100) as consumer,
+        Producer(url, transactional_id="copier-1") as producer,
+    ):
+        consumer.subscribe(["source"])
+        producer.init_transactions()
+        copied = 0
+        deadline = time.monotonic() + 2 * WAIT
+        while copied < total:
+            assert time.monotonic() < deadline, f"copied {copied} of {total}"
+            try:
+                records = consumer.poll(0.5)
+                if not records:
+                    continue
+                producer.begin_transaction()
+                for record in records:
+                    producer.send("copy", b"copy:" + (record.value or b""), partition=record.partition)
+                offsets = {}
+                for record in records:
+                    offsets[TopicPartition(record.topic, record.partition)] = record.offset + 1
+                producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+                producer.commit_transaction()
+            except errors.OncelogError as exc:
+                if exc.fatal or producer.transaction_state is TxnState.FATAL_ERROR:
+                    raise
+                if producer.transaction_state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR):
+                    producer.abort_transaction()
+                _rewind(consumer)
+                continue
+            copied += len(records)
+            commits += 1
+            if commits == 5:
+                # Killed at once, between two transactions: the copier meets the crash in its
+                # next poll or transaction, and goes on through the promotion.
+                killed = dev_cluster.status().primary
+                assert killed is not None
+                dev_cluster.kill(killed)
+    assert killed is not None
+    # The copier carried on past the crash (on the new primary: the killed node is still down).
+    # Whether it met errors or the producer's own retries absorbed the promotion is timing.
+    assert commits > 5
+    dev_cluster.wait_until(lambda status: status.primary not in (None, killed), "the new primary", WAIT)
+    values = Counter(read_all(url, "copy", 2))
+    assert sorted(values) == [b"copy:%06d" % i for i in range(total)]
+    assert max(values.values()) == 1
+    dev_cluster.start()
+    assert dev_cluster.status().healthy
+
+
+def _rewind(consumer: Consumer) -> None:
+    """Back to the group's committed offsets: what the aborted transaction copied is copied again.
+    Reading them is retried while the database is unreachable (a retriable error)."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        try:
+            assigned = list(consumer.assignment())
+            committed = consumer.committed(assigned) if assigned else {}
+            break
+        except errors.DatabaseUnavailableError:
+            assert time.monotonic() < deadline, "the committed offsets stayed unreadable"
+            time.sleep(0.5)
+    for tp in assigned:
+        offset = committed.get(tp)
+        consumer.seek(tp, offset.offset if offset is not None else 0)
+
+
+def test_the_cli_shows_locates_stops_and_starts_the_cluster(dev_cluster: DevCluster) -> None:
+    runner = CliRunner()
+    base = ["dev-cluster", "--dir", str(dev_cluster.data_dir)]
+    shown = runner.invoke(cli, [*base, "status", "--json"])
+    assert shown.exit_code == 0, shown.output
+    status = json.loads(shown.output)
+    assert status["healthy"] and status["primary"] in NODES
+    assert sorted(n["reported"] for n in status["nodes"]) == ["primary", "secondary", "secondary"]
+    url = runner.invoke(cli, [*base, "url"]).output.strip()
+    assert url == dev_cluster.url()
+    made = runner.invoke(cli, ["--database-url", url, "topics", "create", "made-by-cli", "--partitions", "2"])
+    assert made.exit_code == 0, made.output
+    stopped = runner.invoke(cli, [*base, "stop"])
+    assert (stopped.exit_code, stopped.output.strip()) == (0, "stopped")
+    down = runner.invoke(cli, [*base, "status"])
+    assert down.exit_code == 3 and "node1:       stopped" in down.output
+    started = runner.invoke(cli, [*base, "start"])
+    assert (started.exit_code, started.output.strip()) == (0, url), repr(started.exception)
+    with Admin(url) as admin:
+        assert admin.list_topics()["made-by-cli"] == 2  # the data outlived the stop
