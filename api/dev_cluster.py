@@ -14,8 +14,8 @@ when it comes back. It sets the ``ANY 1`` quorum itself from ``number_sync_stand
 standbys in priority order only (quorum commit came with Patroni 4.0), and needs etcd besides.
 
 Each node is one ``pg_autoctl run`` process (its keeper), which supervises that node's
-PostgreSQL; it runs in a process group of its own, so :meth:`DevCluster.kill` can crash a node as
-a power cut would (the keeper and the server at once, with SIGKILL). The URL names the three
+PostgreSQL; :meth:`DevCluster.kill` crashes a node as a power cut would: the keeper and every
+process of its server frozen, then killed. The URL names the three
 nodes with ``target_session_attrs=read-write``, so libpq (and pgjdbc, through oncelog's Spark
 pipeline) connects to whichever is primary now.
 
@@ -218,11 +218,13 @@ class DevCluster:
             self._wait(lambda: self.status().healthy, "a primary and two standbys in sync")
             # Each commit waits for one of the two standbys: pg_auto_failover's default for a
             # formation of three, which the monitor keeps; checked, since everything rests on it.
+            # (0 after set_synchronous(False), which says so in the state file.)
             quorum = self._autoctl(
                 autoctl, "get", "formation", "number-sync-standbys", "--pgdata", self._pgdata(MONITOR)
-            )
-            if quorum.stdout.strip() != "1":
-                raise EmbeddedServerError(f"the monitor's number-sync-standbys is {quorum.stdout.strip()!r}, not 1")
+            ).stdout.strip()
+            wanted = "1" if state.get("synchronous", True) else "0"
+            if quorum != wanted:
+                raise EmbeddedServerError(f"the monitor's number-sync-standbys is {quorum!r}, not {wanted}")
         return self.url()
 
     def stop(self, mode: str = "fast") -> bool:
@@ -269,7 +271,61 @@ class DevCluster:
             raise EmbeddedServerError(f"{name} of the dev cluster in {self.data_dir} is not running")
         if os.getpgid(pid) != pid:
             raise EmbeddedServerError(f"{name}'s keeper (pid {pid}) does not lead its own process group")
+        # Frozen first, then killed, as a machine that vanishes stops everything at once. The
+        # server's backends are not in the keeper's process group (PostgreSQL makes each its own
+        # session leader): killed after their postmaster, a backend waiting for the standby gives
+        # up (PostgreSQL does when the postmaster dies) and its commit becomes visible, for an
+        # instant, to the backends still running, though no standby has it.
+        os.killpg(pid, signal.SIGSTOP)  # the keeper and the postmaster: no more forks
+        processes = [pid, *_descendants(pid)]
+        for process in processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process, signal.SIGSTOP)
         os.killpg(pid, signal.SIGKILL)
+        for process in processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process, signal.SIGKILL)
+
+    def set_synchronous(self, synchronous: bool, timeout: float = _SETTLE_S) -> None:
+        """Commits wait for one standby (True, as created) or for none (False: asynchronous
+        replication, for a control run that must lose acknowledged writes at a failover)."""
+        autoctl = find_autoctl()
+        value = "true" if synchronous else "false"
+        # The monitor refuses fewer standbys in the quorum than number_sync_standbys asks for:
+        # lowered before they leave it, raised after they are back.
+        # Each change has the primary apply it first (state apply_settings), and the monitor
+        # takes the next one only once it is settled again.
+        formation = ("set", "formation", "number-sync-standbys", "1" if synchronous else "0", "--pgdata")
+        changes = [("set", "node", "replication-quorum", value, "--pgdata", self._pgdata(name)) for name in NODES]
+        if synchronous:
+            changes.append((*formation, self._pgdata(NODES[0])))
+        else:
+            changes.insert(0, (*formation, self._pgdata(NODES[0])))
+        with dir_lock(self.data_dir):
+            for change in changes:
+                self.wait_until(lambda status: status.healthy, "the cluster to settle", timeout)
+                self._autoctl(autoctl, *change)
+            state = self._state()
+            state["synchronous"] = synchronous
+            self._save_state(state)
+
+        def applied() -> bool:
+            names = self._sync_standby_names(autoctl)
+            return names is not None and names.startswith("ANY 1") == synchronous
+
+        self._wait(applied, f"synchronous replication {'on' if synchronous else 'off'}", timeout)
+        self.wait_until(lambda status: status.healthy, "a primary and two standbys", timeout)
+
+    def _sync_standby_names(self, autoctl: Path) -> str | None:
+        proc = self._autoctl(autoctl, "show", "settings", "--pgdata", self._pgdata(MONITOR), "--json", check=False)
+        try:
+            settings = json.loads(proc.stdout)
+        except ValueError:
+            return None
+        for row in settings.get("primary", []) if isinstance(settings, dict) else []:
+            if isinstance(row, dict) and row.get("setting") == "synchronous_standby_names":
+                return str(row.get("value", "")).strip("'")
+        return None
 
     def primary_url(self, database: str | None = None) -> str:
         """The URL of the node that is primary now (one host: for a proxy placed before it)."""
@@ -278,12 +334,23 @@ class DevCluster:
             raise EmbeddedServerError(f"the dev cluster in {self.data_dir} has no primary now")
         return self.node_url(primary, database)
 
-    def fail_over(self, timeout: float = _SETTLE_S) -> str:
+    def fail_over(self, timeout: float = _SETTLE_S, *, lag: float = 0.0) -> str:
         """Crash the primary (:meth:`kill`) and wait until a standby is promoted; return the new
-        primary's name. The old one stays down until :meth:`start`."""
+        primary's name. The old one stays down until :meth:`start`.
+
+        ``lag``: seconds for which the primary stops sending WAL before it dies (its WAL senders
+        frozen), so that the standbys are behind: with synchronous replication its commits wait
+        meanwhile and none is acknowledged; with asynchronous replication they are acknowledged
+        and lost."""
         old = self.status().primary
         if old is None:
             raise EmbeddedServerError(f"the dev cluster in {self.data_dir} has no primary to fail over from")
+        if lag > 0:
+            pid = self._keeper_pid(find_autoctl(), old)
+            for sender in _wal_senders(pid) if pid is not None else []:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(sender, signal.SIGSTOP)
+            time.sleep(lag)
         self.kill(old)
         self.wait_until(lambda status: status.primary not in (None, old), "a standby to be promoted", timeout)
         new = self.status().primary
@@ -452,6 +519,40 @@ class DevCluster:
         tmp = self._state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
         tmp.replace(self._state_file)
+
+
+def _processes() -> dict[int, tuple[int, bytes]]:
+    """Every process: its parent and its command line."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        found[int(entry.name)] = (int(stat.rsplit(")", 1)[-1].split()[1]), cmdline)
+    return found
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (its children, theirs, ...)."""
+    children: dict[int, list[int]] = {}
+    for child, (parent, _) in _processes().items():
+        children.setdefault(parent, []).append(child)
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _wal_senders(keeper: int) -> list[int]:
+    """The WAL sender processes of the server below a node's keeper."""
+    processes = _processes()
+    return [p for p in _descendants(keeper) if p in processes and b"walsender" in processes[p][1]]
 
 
 def _gone(pid: int) -> bool:

@@ -378,6 +378,7 @@ def run_server_tool(
             argv,
             capture_output=True,
             text=True,
+            errors="replace",  # a tool's output is for reading, whatever its bytes
             timeout=timeout,
             cwd=str(cwd),
             check=False,

@@ -107,7 +107,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
 
 
 @dev_cluster.command(
-    help=f"Crash one node as a power cut would (its keeper and server, SIGKILL); `start` brings it back. {_WHERE}"
+    help="Crash one node as a power cut would (its keeper and server, frozen then killed); `start` brings it back. "
+    + _WHERE
 )
 @click.argument("node", type=click.Choice(NODES))
 @click.pass_context

@@ -27,6 +27,8 @@ from oncelog.dev_cluster import NODES, DevCluster
 from oncelog.record_future import RecordFuture
 from oncelog.store import create_engine, migrate
 from oncelog.txn_state import TxnState
+from oncelog.verify.faults import Fault
+from oncelog.verify.runner import RunConfig, verify
 
 #: Bounds every wait here; never an assertion on speed.
 WAIT = 180.0
@@ -63,10 +65,19 @@ def read_all(url: str, topic: str, partitions: int) -> list[bytes]:
     return values
 
 
-def test_every_acknowledged_write_survives_the_primarys_crash_exactly_once(dev_cluster: DevCluster) -> None:
-    url = dev_cluster.url()
+#: Seconds for which the primary stops sending WAL before it dies: the standbys fall behind.
+LAG = 1.0
+
+
+def write_through_a_failover(
+    cluster: DevCluster, topic: str
+) -> tuple[list[bytes], list[BaseException], Counter[bytes]]:
+    """An idempotent producer writes on while the primary stops replicating for LAG seconds and
+    dies, and a standby is promoted. Returns the values acknowledged, the errors of the others,
+    and how often each value is in the topic afterwards."""
+    url = cluster.url()
     with Admin(url) as admin:
-        admin.create_topic("acked", partitions=4)
+        admin.create_topic(topic, partitions=4)
     futures: list[tuple[bytes, RecordFuture]] = []
     crashed = threading.Event()
     with Producer(url, linger_ms=2) as producer:
@@ -79,7 +90,7 @@ def test_every_acknowledged_write_survives_the_primarys_crash_exactly_once(dev_c
             nonlocal sent
             for _ in range(n):
                 value = b"%07d" % sent
-                futures.append((value, producer.send("acked", value, key=value)))
+                futures.append((value, producer.send(topic, value, key=value)))
                 sent += 1
                 time.sleep(0.0005)
 
@@ -87,7 +98,7 @@ def test_every_acknowledged_write_survives_the_primarys_crash_exactly_once(dev_c
             send_some(50)
 
         def crash() -> None:
-            dev_cluster.fail_over(WAIT)
+            cluster.fail_over(WAIT, lag=LAG)
             crashed.set()
 
         killer = threading.Thread(target=crash)
@@ -100,13 +111,32 @@ def test_every_acknowledged_write_survives_the_primarys_crash_exactly_once(dev_c
         send_some(300)
         producer.flush(WAIT)
         assert acknowledged() > before  # writing resumed on the new primary
-    failed = [(v, f.exception()) for v, f in futures if f.exception() is not None]
+    acked = [v for v, f in futures if f.exception() is None]
+    failed = [e for _, f in futures if (e := f.exception()) is not None]
+    return acked, failed, Counter(read_all(url, topic, 4))
+
+
+def test_every_acknowledged_write_survives_the_primarys_crash_exactly_once(dev_cluster: DevCluster) -> None:
+    acked, failed, counts = write_through_a_failover(dev_cluster, "acked")
     assert failed == [], failed[:5]
-    counts = Counter(read_all(url, "acked", 4))
-    assert sorted(counts) == sorted(v for v, _ in futures)  # nothing acknowledged was lost
+    assert sorted(counts) == sorted(acked)  # nothing acknowledged was lost
     assert [v for v, n in counts.items() if n > 1] == []  # and nothing was written twice
     dev_cluster.start()  # the old primary rejoins as a standby
     assert dev_cluster.status().healthy
+
+
+def test_the_control_asynchronous_replication_loses_acknowledged_writes(dev_cluster: DevCluster) -> None:
+    """The same run with asynchronous replication: the commits of the lag are acknowledged and
+    the standbys never get them, so the check above must find them missing (it can fail)."""
+    try:
+        dev_cluster.set_synchronous(False)
+        acked, _failed, counts = write_through_a_failover(dev_cluster, "acked-async")
+    finally:
+        dev_cluster.start()
+        dev_cluster.set_synchronous(True)
+    lost = [v for v in acked if v not in counts]
+    assert lost, "asynchronous replication lost nothing acknowledged: the failover check proves nothing"
+    assert [v for v, n in counts.items() if n > 1] == []  # lost, but never duplicated
 
 
 def test_a_transactional_copier_copies_exactly_once_through_a_failover(dev_cluster: DevCluster) -> None:
@@ -187,6 +217,30 @@ def _rewind(consumer: Consumer) -> None:
     for tp in assigned:
         offset = committed.get(tp)
         consumer.seek(tp, offset.offset if offset is not None else 0)
+
+
+def test_verify_finds_no_anomaly_through_a_failover(dev_cluster: DevCluster) -> None:
+    """``oncelog verify --dev-cluster --fault failover``, short: every workload while the primary
+    is killed and a standby promoted; the checker proves each acknowledged write survived once."""
+    output = Path(tempfile.mkdtemp(prefix="oncelog-verify-failover-")) / "run"
+    config = RunConfig(
+        database_url=dev_cluster.url(),
+        output=output,
+        faults=[Fault.FAILOVER],
+        duration=1.0,  # one failover window (the run lasts until it has played)
+        seed=20261127,
+        clients=1,
+        cluster=dev_cluster,
+    )
+    report = verify(config)
+    anomalies = [f"{a.kind}: {a.message}" for a in report.verdict.anomalies[:20]]
+    assert report.verdict.ok, anomalies
+    assert report.summary["clients"]["crashes"] == [], report.summary["clients"]["crashes"]
+    assert report.summary["caught_up"]
+    assert report.summary["faults"]["failover"]["fired"] == 1, report.summary["fault_events"]
+    summary = report.verdict.summary
+    assert summary["ops.send.ok"] > 0 and summary["ops.txn.ok"] > 0 and summary["copies.committed"] > 0, summary
+    assert dev_cluster.status().healthy  # the old primary is back as a standby
 
 
 def test_the_cli_shows_locates_stops_and_starts_the_cluster(dev_cluster: DevCluster) -> None:

@@ -64,10 +64,11 @@ class Fault(StrEnum):
     """Stop the managed server with a fast shutdown (open transactions rolled back, clients
     disconnected, a checkpoint) and start it again when the window ends."""
     FAILOVER = "failover"
-    """Kill the primary of a dev cluster (its keeper and server at once, SIGKILL), wait until a
-    standby is promoted, point the proxy at the new primary, and bring the old one back (it
-    rejoins as a standby) when the window ends. Only on a cluster the runner manages
-    (``oncelog verify --dev-cluster``)."""
+    """Stop the primary of a dev cluster sending WAL for half a second (its standbys fall behind;
+    with synchronous replication its commits wait), then kill it (its keeper and server at once,
+    frozen then SIGKILL), wait until a standby is promoted, point the proxy at the new primary,
+    and bring the old one back (it rejoins as a standby) when the window ends. Only on a cluster
+    the runner manages (``oncelog verify --dev-cluster``)."""
     HANGING_TXN = "hanging-txn"
     """A transactional producer with a short transaction timeout writes and flushes, then goes
     silent past its timeout (readers meeting it must abort it), and only then tries to commit."""
@@ -98,6 +99,8 @@ _DURATIONS: Mapping[Fault, tuple[float, float]] = {
     # After the promotion (itself about 13 s on a dev cluster): the cluster runs one node short.
     Fault.FAILOVER: (0.5, 3.0),
 }
+#: How long the primary stops replicating before the failover fault kills it, in seconds.
+_FAILOVER_LAG = 0.5
 #: Quiet time between two windows, in seconds.
 _GAP = (0.2, 0.8)
 #: The pause before a one-shot proxy fault is armed again after it fired, in seconds.
@@ -192,8 +195,9 @@ class FailoverCluster(Protocol):
         """The URL of the node that is primary now."""
         ...
 
-    def fail_over(self, timeout: float = ...) -> str:
-        """Crash the primary and wait until a standby is promoted; the new primary's name."""
+    def fail_over(self, timeout: float = ..., *, lag: float = ...) -> str:
+        """Crash the primary, its standbys ``lag`` seconds behind, and wait until a standby is
+        promoted; the new primary's name."""
         ...
 
     def start(self) -> str:
@@ -359,7 +363,7 @@ class Nemesis:
         assert self._cluster is not None  # checked in __init__
         began = time.monotonic()
         self._cluster_degraded = True
-        new = self._cluster.fail_over()
+        new = self._cluster.fail_over(lag=_FAILOVER_LAG)
         promoted = time.monotonic() - began
         # New connections reach the new primary; the proxy's connections to the old one are gone.
         self._point_proxy(self._cluster.primary_url())
