@@ -43,13 +43,16 @@ from typing import Any
 from oncelog.embedded import (
     DEFAULT_DATABASE,
     SUPERUSER,
+    default_data_dir,
     dir_lock,
     find_server_binaries,
     free_port,
     give_to_server_user,
+    include_settings,
     prepare_data_dir,
     run_server_tool,
     server_tool_kwargs,
+    write_settings,
 )
 from oncelog.errors import EmbeddedServerError, ServerBinariesNotFoundError
 
@@ -96,11 +99,8 @@ _STOP_S = 60.0
 
 
 def default_cluster_dir(xdg_data_home: str | None = None) -> Path:
-    """Where the dev cluster lives unless told otherwise (as the embedded server's folder)."""
-    if os.geteuid() == 0:
-        return Path("/var/lib/oncelog/dev-cluster")
-    base = xdg_data_home or str(Path.home() / ".local" / "share")
-    return Path(base) / "oncelog" / "dev-cluster"
+    """Where the dev cluster lives unless told otherwise (beside the embedded server's folder)."""
+    return default_data_dir(xdg_data_home, "dev-cluster")
 
 
 def find_autoctl() -> Path:
@@ -143,7 +143,7 @@ class ClusterStatus:
     @property
     def primary(self) -> str | None:
         """The node that is primary and meant to be, if one is."""
-        return next((n.name for n in self.nodes if n.reported == n.assigned == "primary"), None)
+        return next((n.name for n in self.nodes if n.settled and n.reported == "primary"), None)
 
     @property
     def healthy(self) -> bool:
@@ -151,7 +151,7 @@ class ClusterStatus:
         return (
             len(self.running) == len(NODES) + 1
             and self.primary is not None
-            and sum(n.reported == n.assigned == "secondary" for n in self.nodes) == len(NODES) - 1
+            and sum(n.settled and n.reported == "secondary" for n in self.nodes) == len(NODES) - 1
             and all(n.healthy for n in self.nodes)
         )
 
@@ -195,7 +195,7 @@ class DevCluster:
         A crashed node (:meth:`kill`) is started again and rejoins as a standby."""
         autoctl = find_autoctl()
         bindir = find_server_binaries(self._bin_dir)
-        prepare_data_dir(self.data_dir)
+        prepare_data_dir(self.data_dir, "oncelog dev-cluster --dir, or ONCELOG_DEV_CLUSTER_DIR")
         with dir_lock(self.data_dir):
             state = self._state()
             if "ports" not in state:
@@ -208,7 +208,7 @@ class DevCluster:
                 created.append(MONITOR)
                 self._save_state(state)
             self._run_keeper(autoctl, MONITOR)
-            self._wait(lambda: self._monitor_answers(autoctl), "the monitor to start")
+            self._wait(lambda: self._show_state(autoctl) is not None, "the monitor to start")
             for name in NODES:
                 if name not in created:
                     self._create_node(autoctl, bindir, name, state["ports"][name], first=not set(created) - {MONITOR})
@@ -262,8 +262,8 @@ class DevCluster:
         return ClusterStatus(self.data_dir, True, running, nodes, self.url())
 
     def kill(self, name: str) -> None:
-        """Crash node ``name`` as a power cut would: its keeper and its PostgreSQL at once
-        (SIGKILL to the keeper's process group). :meth:`start` brings it back."""
+        """Crash node ``name`` as a power cut would: its keeper and every process of its
+        PostgreSQL, frozen, then killed. :meth:`start` brings it back."""
         if name not in NODES:
             raise ValueError(f"unknown node {name!r} (one of {', '.join(NODES)})")
         pid = self._keeper_pid(find_autoctl(), name)
@@ -347,7 +347,7 @@ class DevCluster:
             raise EmbeddedServerError(f"the dev cluster in {self.data_dir} has no primary to fail over from")
         if lag > 0:
             pid = self._keeper_pid(find_autoctl(), old)
-            for sender in _wal_senders(pid) if pid is not None else []:
+            for sender in _descendants(pid, wal_senders=True) if pid is not None else []:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(sender, signal.SIGSTOP)
             time.sleep(lag)
@@ -377,8 +377,8 @@ class DevCluster:
         return self.data_dir / f"{name}.log"
 
     def _env(self) -> dict[str, str]:
-        # pg_autoctl keeps its configuration, state and pid files under the XDG folders: ours,
-        # so that a cluster is only its folder (and two clusters never share a pid file).
+        # pg_autoctl keeps its configuration and state under the XDG folders: ours, so that a
+        # cluster is only its folder. (Its pid files go to /tmp/pg_autoctl/<data folder>.)
         bindir = find_server_binaries(self._bin_dir)
         env = {
             "PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
@@ -398,13 +398,8 @@ class DevCluster:
             autoctl, "create", "monitor", "--pgdata", self._pgdata(MONITOR), "--pgport", str(port),
             "--pgctl", str(bindir / "pg_ctl"), "--hostname", "127.0.0.1", "--auth", "trust", "--no-ssl",
         )  # fmt: skip
-        conf = self.data_dir / MONITOR / "oncelog.conf"
-        conf.write_text(
-            "# written by oncelog dev-cluster\n" + "".join(f"{k} = {v}\n" for k, v in _MONITOR_SETTINGS.items())
-        )
-        with open(self.data_dir / MONITOR / "postgresql.conf", "a") as main:
-            main.write("\ninclude_if_exists = 'oncelog.conf'\n")
-        give_to_server_user(conf)
+        write_settings(self.data_dir / MONITOR, _MONITOR_SETTINGS, "written by oncelog dev-cluster")
+        include_settings(self.data_dir / MONITOR)
 
     def _create_node(self, autoctl: Path, bindir: Path, name: str, port: int, *, first: bool) -> None:
         self._fresh(name)
@@ -467,9 +462,6 @@ class DevCluster:
         except (ValueError, KeyError, TypeError):
             return None
 
-    def _monitor_answers(self, autoctl: Path) -> bool:
-        return self._show_state(autoctl) is not None
-
     def _show_state(self, autoctl: Path) -> list[dict[str, Any]] | None:
         proc = self._autoctl(autoctl, "show", "state", "--pgdata", self._pgdata(MONITOR), "--json", check=False)
         if proc.returncode != 0:
@@ -521,45 +513,39 @@ class DevCluster:
         tmp.replace(self._state_file)
 
 
-def _processes() -> dict[int, tuple[int, bytes]]:
-    """Every process: its parent and its command line."""
-    found = {}
+def _stat(pid: int | str) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name (state first, then the parent)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+
+
+def _descendants(pid: int, *, wal_senders: bool = False) -> list[int]:
+    """The processes below ``pid`` (its children, theirs, ...); only the WAL senders with
+    ``wal_senders``."""
+    children: dict[int, list[int]] = {}
+    senders = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
+            parent = int(_stat(entry.name)[1])
+            sender = wal_senders and b"walsender" in (entry / "cmdline").read_bytes()
+        except OSError:  # it exited meanwhile
             continue
-        found[int(entry.name)] = (int(stat.rsplit(")", 1)[-1].split()[1]), cmdline)
-    return found
-
-
-def _descendants(pid: int) -> list[int]:
-    """The processes below ``pid`` (its children, theirs, ...)."""
-    children: dict[int, list[int]] = {}
-    for child, (parent, _) in _processes().items():
-        children.setdefault(parent, []).append(child)
+        children.setdefault(parent, []).append(int(entry.name))
+        if sender:
+            senders.add(int(entry.name))
     found, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):
             found.append(child)
             todo.append(child)
-    return found
-
-
-def _wal_senders(keeper: int) -> list[int]:
-    """The WAL sender processes of the server below a node's keeper."""
-    processes = _processes()
-    return [p for p in _descendants(keeper) if p in processes and b"walsender" in processes[p][1]]
+    return [p for p in found if p in senders] if wal_senders else found
 
 
 def _gone(pid: int) -> bool:
     """Whether process ``pid`` has exited (a zombie that no one reaped counts: a keeper is not
     our child, and a container's first process may never reap it)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return _stat(pid)[0] in ("Z", "X")
     except OSError:
         return True
-    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")

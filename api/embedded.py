@@ -23,7 +23,7 @@ import re
 import shutil
 import socket
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,17 +45,18 @@ INSTALL_HINT = (
 )
 
 
-def default_data_dir(xdg_data_home: str | None = None) -> Path:
-    """Where the embedded cluster lives unless told otherwise.
+def default_data_dir(xdg_data_home: str | None = None, name: str = "dev-db") -> Path:
+    """Where the embedded cluster (``name`` dev-db; the dev cluster's is dev-cluster) lives unless
+    told otherwise.
 
     Under root, a folder the ``postgres`` user can reach (root's home is closed to it);
     otherwise the user's XDG data folder: ``xdg_data_home`` (the entry points pass
     ``$XDG_DATA_HOME``), else ``~/.local/share``.
     """
     if os.geteuid() == 0:
-        return Path("/var/lib/oncelog/dev-db")
+        return Path("/var/lib/oncelog") / name
     base = xdg_data_home or str(Path.home() / ".local" / "share")
-    return Path(base) / "oncelog" / "dev-db"
+    return Path(base) / "oncelog" / name
 
 
 def _version_key(path: str) -> tuple[int, ...]:
@@ -151,10 +152,6 @@ class EmbeddedPostgres:
     def _state_file(self) -> Path:
         return self.data_dir / "oncelog-dev-db.json"
 
-    @property
-    def _conf_file(self) -> Path:
-        return self.pgdata / "oncelog.conf"
-
     # --- public operations -----------------------------------------------------------------
 
     def url(self, database: str | None = None) -> str:
@@ -234,8 +231,7 @@ class EmbeddedPostgres:
         if not self.durable:
             argv.append("--no-sync")
         self._run(argv)
-        with open(self.pgdata / "postgresql.conf", "a") as conf:
-            conf.write("\ninclude_if_exists = 'oncelog.conf'\n")
+        include_settings(self.pgdata)
 
     def _write_conf(self, port: int) -> None:
         settings = {
@@ -249,9 +245,7 @@ class EmbeddedPostgres:
         }
         if not self.durable:
             settings.update({"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"})
-        self._conf_file.write_text(
-            "# written by oncelog on every start\n" + "".join(f"{k} = {v}\n" for k, v in settings.items())
-        )
+        write_settings(self.pgdata, settings, "written by oncelog on every start")
         # The loopback only (the server listens nowhere else): the superuser without a password,
         # every other role with its password, so that a role's password means something here too
         # (oncelog broker's SASL/PLAIN logs Kafka clients in as roles).
@@ -261,7 +255,7 @@ class EmbeddedPostgres:
             f"host all {SUPERUSER} 127.0.0.1/32 trust\n"
             "host all all 127.0.0.1/32 scram-sha-256\n"
         )
-        give_to_server_user(self._conf_file, hba)
+        give_to_server_user(hba)
 
     def _start_server(self, bindir: Path) -> None:
         # A saved port is reused so the URL stays stable across restarts; if something else took
@@ -338,8 +332,23 @@ def give_to_server_user(*paths: Path) -> None:
             os.chown(path, user.pw_uid, user.pw_gid)
 
 
-def prepare_data_dir(data_dir: Path) -> None:
-    """Create ``data_dir`` for the server's user, which must be able to reach it."""
+def include_settings(pgdata: Path) -> None:
+    """Have the server in ``pgdata`` read oncelog's settings (:func:`write_settings`) last, so that
+    they win over what its tools wrote before them."""
+    with open(pgdata / "postgresql.conf", "a") as conf:
+        conf.write("\ninclude_if_exists = 'oncelog.conf'\n")
+
+
+def write_settings(pgdata: Path, settings: Mapping[str, str], header: str) -> None:
+    """Write oncelog's server settings (``name = value``, values as postgresql.conf takes them)."""
+    conf = pgdata / "oncelog.conf"
+    conf.write_text(f"# {header}\n" + "".join(f"{k} = {v}\n" for k, v in settings.items()))
+    give_to_server_user(conf)
+
+
+def prepare_data_dir(data_dir: Path, hint: str = "oncelog --dev-db-dir, or ONCELOG_DEV_DB_DIR") -> None:
+    """Create ``data_dir`` for the server's user, which must be able to reach it; ``hint`` says
+    how to choose another."""
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     user = server_user()
     if user is not None:
@@ -348,8 +357,7 @@ def prepare_data_dir(data_dir: Path) -> None:
         for parent in data_dir.resolve().parents:
             if not os.stat(parent).st_mode & 0o001:
                 raise EmbeddedServerError(
-                    f"the '{SERVER_OS_USER}' user cannot enter {parent}; choose a data directory "
-                    "outside it (oncelog --dev-db-dir, or ONCELOG_DEV_DB_DIR)"
+                    f"the '{SERVER_OS_USER}' user cannot enter {parent}; choose a data directory outside it ({hint})"
                 )
 
 

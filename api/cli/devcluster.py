@@ -77,7 +77,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     st = _cluster(ctx).status()
     if as_json:
         print_json({
-            "folder": str(st.data_dir),
+            "data_directory": str(st.data_dir),
             "initialized": st.initialized,
             "healthy": st.healthy,
             "primary": st.primary,
@@ -89,19 +89,19 @@ def status(ctx: click.Context, as_json: bool) -> None:
             "url": st.url,
         })  # fmt: skip
     else:
-        click.echo(f"folder:      {st.data_dir}")
-        click.echo(f"initialized: {'yes' if st.initialized else 'no'}")
+        click.echo(f"data directory: {st.data_dir}")
+        click.echo(f"initialized:    {'yes' if st.initialized else 'no'}")
         for name in NODES:
             node = next((n for n in st.nodes if n.name == name), None)
             running = "running" if name in st.running else "stopped"
             if node is None:
-                click.echo(f"{name}:       {running}")
+                click.echo(f"{name}:          {running}")
             else:
                 state = node.reported if node.settled else f"{node.reported} -> {node.assigned}"
                 health = "" if node.healthy else ", unreachable"
-                click.echo(f"{name}:       {running}, port {node.port}, {state}{health}")
+                click.echo(f"{name}:          {running}, port {node.port}, {state}{health}")
         if st.url:
-            click.echo(f"url:         {st.url}")
+            click.echo(f"url:            {st.url}")
     if not st.healthy:
         raise click.exceptions.Exit(3)
 

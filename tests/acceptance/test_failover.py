@@ -258,7 +258,7 @@ def test_the_cli_shows_locates_stops_and_starts_the_cluster(dev_cluster: DevClus
     stopped = runner.invoke(cli, [*base, "stop"])
     assert (stopped.exit_code, stopped.output.strip()) == (0, "stopped")
     down = runner.invoke(cli, [*base, "status"])
-    assert down.exit_code == 3 and "node1:       stopped" in down.output
+    assert down.exit_code == 3 and "node1:          stopped" in down.output
     started = runner.invoke(cli, [*base, "start"])
     assert (started.exit_code, started.output.strip()) == (0, url), repr(started.exception)
     with Admin(url) as admin:
