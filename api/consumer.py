@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from operator import itemgetter
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from oncelog import errors, validate
 from oncelog.client import Client
@@ -56,6 +56,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["Consumer", "NoOffsetForPartitionError", "RebalanceCallback"]
 
 _ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+_T = TypeVar("_T")
 #: The longest client id the store keeps for a group member.
 MAX_CLIENT_ID = 255
 #: The generation of a consumer that is no group member (Kafka's UNKNOWN_GENERATION_ID).
@@ -111,6 +112,8 @@ class Consumer(Client):
         max_poll_records: int = 500,
         partition_assignment_strategy: str = "range",
         default_api_timeout_ms: int = 60_000,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1000,
         fetch_min_backoff_ms: int = 5,
         fetch_max_backoff_ms: int = 200,
         read_ahead: bool = False,
@@ -125,6 +128,8 @@ class Consumer(Client):
             ("max_poll_interval_ms", max_poll_interval_ms),
             ("metadata_max_age_ms", metadata_max_age_ms),
             ("default_api_timeout_ms", default_api_timeout_ms),
+            ("retry_backoff_ms", retry_backoff_ms),
+            ("retry_backoff_max_ms", retry_backoff_max_ms),
             ("fetch_min_backoff_ms", fetch_min_backoff_ms),
             ("fetch_max_backoff_ms", fetch_max_backoff_ms),
         ):
@@ -155,6 +160,8 @@ class Consumer(Client):
             raise ConfigurationError(f"listen_for_writes must be True or False, not {listen_for_writes!r}")
         if not 0 < fetch_min_backoff_ms <= fetch_max_backoff_ms:
             raise ConfigurationError("need 0 < fetch_min_backoff_ms <= fetch_max_backoff_ms")
+        if not 0 < retry_backoff_ms <= retry_backoff_max_ms:
+            raise ConfigurationError("need 0 < retry_backoff_ms <= retry_backoff_max_ms")
         if not 0 < heartbeat_interval_ms < session_timeout_ms:
             raise ConfigurationError("need 0 < heartbeat_interval_ms < session_timeout_ms")
         if (
@@ -191,6 +198,10 @@ class Consumer(Client):
         # valid until when (time.monotonic()), and the registration itself.
         self._registration: tuple[tuple[frozenset[TopicPartition], bool], float, WaitRegistration] | None = None
         self._api_timeout = default_api_timeout_ms / 1000
+        self._retry_backoff = (retry_backoff_ms / 1000, retry_backoff_max_ms / 1000)
+        # Since when poll() has found the database unreachable (None while it answers).
+        self._unreachable_since: float | None = None
+        self._unreachable_backoff = 0.0
         self._min_backoff = fetch_min_backoff_ms / 1000
         self._max_backoff = fetch_max_backoff_ms / 1000
         self._key_de = resolve_deserializer(key_deserializer)
@@ -251,7 +262,7 @@ class Consumer(Client):
         if self._coordinator is not None and self._coordinator.subscription is not None:
             raise errors.IllegalStateError("this consumer subscribed; unsubscribe() before assign()")
         wanted = validate.topic_partitions(partitions)
-        self._bounds(wanted)  # raises for unknown partitions
+        self._retrying(lambda: self._bounds(wanted))  # raises for unknown partitions
         self._subscriptions.assign(wanted)
 
     def subscribe(
@@ -332,7 +343,7 @@ class Consumer(Client):
         """The offset of the next record poll will return for ``partition``."""
         tp = self._subscriptions.assigned(partition)
         if self._subscriptions.position(tp) is None:
-            self._initial_positions([tp], wait=True)
+            self._retrying(lambda: self._initial_positions([tp], wait=True))
         position = self._subscriptions.position(tp)
         if position is None:  # the wait above raises rather than leave it unknown
             raise errors.IllegalStateError(f"no position for {tp}")
@@ -340,12 +351,14 @@ class Consumer(Client):
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The log start offset of each partition."""
-        return {tp: start for tp, (start, _) in self._bounds(partitions).items()}
+        wanted = validate.topic_partitions(partitions)
+        return {tp: start for tp, (start, _) in self._retrying(lambda: self._bounds(wanted)).items()}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The end of each partition for this consumer: the last stable offset for read_committed,
         the high watermark for read_uncommitted (as in Kafka)."""
-        return {tp: end for tp, (_, end) in self._bounds(partitions).items()}
+        wanted = validate.topic_partitions(partitions)
+        return {tp: end for tp, (_, end) in self._retrying(lambda: self._bounds(wanted)).items()}
 
     def offsets_for_times(
         self, timestamps: Mapping[TopicPartition, datetime | float]
@@ -369,10 +382,14 @@ class Consumer(Client):
             if ts is None:
                 raise errors.InvalidRequestError(f"offsets_for_times, {tp}: a timestamp is needed, not None")
             requests.append((tp.topic, tp.partition, ts))
-        with self._request() as conn:
-            found = log.list_offsets_for_times(
-                conn, requests=requests, read_committed=self.isolation_level == "read_committed"
-            )
+
+        def ask() -> list[tuple[int, datetime] | None]:
+            with self._request() as conn:
+                return log.list_offsets_for_times(
+                    conn, requests=requests, read_committed=self.isolation_level == "read_committed"
+                )
+
+        found = self._retrying(ask)
         return {tp: None if f is None else OffsetAndTimestamp(*f) for tp, f in zip(wanted, found, strict=True)}
 
     def pause(self, partitions: Iterable[TopicPartition]) -> None:
@@ -420,7 +437,7 @@ class Consumer(Client):
         member = self._membership() if wanted else None
         if not asynchronous:
             if wanted:
-                self._commit_now(group_id, wanted, member)
+                self._retrying(lambda: self._commit_now(group_id, wanted, member))
             return None
         if self._async_commits is None:
             self._async_commits = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oncelog-commit")
@@ -475,7 +492,7 @@ class Consumer(Client):
         pending offsets for a partition)."""
         group_id = self._require_group()
         wanted = validate.topic_partitions(partitions)
-        found = self._fetch_committed(group_id, wanted, wait=True)
+        found = self._retrying(lambda: self._fetch_committed(group_id, wanted, wait=True))
         return {tp: found.get(tp) for tp in wanted}
 
     def group_metadata(self) -> ConsumerGroupMetadata:
@@ -508,17 +525,18 @@ class Consumer(Client):
         backoff = self._min_backoff
         last_fetch = 0.0
         while True:
-            if self._coordinator is not None:
-                self._coordinator.poll()
-            # Before the fetch, as Kafka does: what is committed is what earlier polls returned
-            # (which the application has had), never the records this poll is about to return,
-            # so a crash after poll() returns re-delivers them (at least once) instead of losing them.
-            self._maybe_auto_commit()
-            awaiting = self._subscriptions.awaiting()
-            if awaiting:
-                self._initial_positions(awaiting, wait=False)
-            last_fetch = time.monotonic()
-            records = self._fetch_once(deadline)
+            try:
+                last_fetch = time.monotonic()
+                records = self._poll_once(deadline)
+            except errors.DatabaseUnavailableError as exc:
+                # A failover, a restart or a lost network: like Kafka's consumer with a broker
+                # gone, poll keeps trying (and returns nothing by its timeout); only a database
+                # unreachable for default_api_timeout_ms reaches the caller.
+                remaining = self._unreachable(exc, deadline)
+                if remaining <= 0:
+                    return []
+                continue
+            self._unreachable_since = None
             if self._coordinator is not None and not self._coordinator.session_alive():
                 # The session ran out around this fetch (a stalled process): its partitions
                 # may have new owners. Drop the records; the next round loses the partitions.
@@ -543,6 +561,53 @@ class Consumer(Client):
             else:
                 runtime.sleep(min(backoff, remaining))
             backoff = min(backoff * 2, self._max_backoff)
+
+    def _poll_once(self, deadline: float) -> list[ConsumerRecord]:
+        """One round of poll: the group's news, an auto-commit when due, missing positions, a fetch."""
+        if self._coordinator is not None:
+            self._coordinator.poll()
+        # Before the fetch, as Kafka does: what is committed is what earlier polls returned
+        # (which the application has had), never the records this poll is about to return,
+        # so a crash after poll() returns re-delivers them (at least once) instead of losing them.
+        self._maybe_auto_commit()
+        awaiting = self._subscriptions.awaiting()
+        if awaiting:
+            self._initial_positions(awaiting, wait=False)
+        return self._fetch_once(deadline)
+
+    def _unreachable(self, error: errors.DatabaseUnavailableError, deadline: float) -> float:
+        """After poll found the database unreachable: re-raises once it has been so for
+        default_api_timeout_ms, else waits a retry backoff (within poll's ``deadline``) and
+        returns the seconds poll has left."""
+        now = time.monotonic()
+        if self._unreachable_since is None:
+            self._unreachable_since = now
+            self._unreachable_backoff = self._retry_backoff[0]
+        elif now - self._unreachable_since >= self._api_timeout:
+            self._unreachable_since = None
+            raise error
+        pause = min(self._unreachable_backoff, deadline - now)
+        if pause > 0:
+            runtime.sleep(pause)
+        self._unreachable_backoff = min(self._unreachable_backoff * 2, self._retry_backoff[1])
+        return deadline - time.monotonic()
+
+    def _retrying(self, request: Callable[[], _T]) -> _T:
+        """``request()``, tried again with a retry backoff while the database is unreachable, for up
+        to default_api_timeout_ms (Kafka's consumer retries retriable errors within
+        default.api.timeout.ms): a failover's promotion takes seconds, not a failed call."""
+        deadline = time.monotonic() + self._api_timeout
+        backoff, most = self._retry_backoff
+        while True:
+            try:
+                return request()
+            except errors.DatabaseUnavailableError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+                logger.debug("database unreachable; retrying", exc_info=True)
+                runtime.sleep(min(backoff, left))
+                backoff = min(backoff * 2, most)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records one at a time as they come (kafka-python's ``for record in consumer``), polling
@@ -768,7 +833,7 @@ class Consumer(Client):
             self._coordinator.stop()
         try:
             if self._auto_commit and self._membership() is not None and self._subscriptions.positions():
-                self.commit()
+                self._commit_once(self._subscriptions.positions())
         except errors.OncelogError:
             logger.warning("the final auto-commit failed", exc_info=True)
         if self._async_commits is not None:
@@ -813,7 +878,7 @@ class Consumer(Client):
     def _seek_to(self, partitions: Iterable[TopicPartition] | None, *, end: bool) -> None:
         given = self._subscriptions.partitions if partitions is None else validate.topic_partitions(partitions)
         tps = [self._subscriptions.assigned(tp) for tp in given]
-        self._subscriptions.seek_to(self._bounds(tps), end=end)
+        self._subscriptions.seek_to(self._retrying(lambda: self._bounds(tps)), end=end)
 
     def _initial_positions(self, partitions: list[TopicPartition], *, wait: bool) -> None:
         """Positions from the group's committed offsets (else auto_offset_reset). A partition whose
@@ -857,6 +922,14 @@ class Consumer(Client):
             )
         return out
 
+    def _commit_once(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """A commit tried once: auto-commit's, inside poll or a rebalance, which must not wait out
+        an unreachable database (poll retries; a rebalance goes on without it)."""
+        group_id = self._require_group()
+        wanted = validate.offset_map(offsets)
+        if wanted:
+            self._commit_now(group_id, wanted, self._membership())
+
     def _maybe_auto_commit(self) -> None:
         if not self._auto_commit or self._membership() is None:
             return
@@ -865,7 +938,7 @@ class Consumer(Client):
             return
         self._last_auto_commit = now
         try:
-            self.commit()
+            self._commit_once(self._subscriptions.positions())
         except (errors.IllegalGenerationError, errors.UnknownMemberIdError, errors.UnassignedPartitionError):
             logger.info("auto-commit raced a rebalance; the new owner resumes from the last commit")
 
@@ -882,7 +955,7 @@ class Consumer(Client):
         if not positions:
             return
         try:
-            self.commit(positions)
+            self._commit_once(positions)
         except errors.OncelogError:
             logger.warning("committing the revoked partitions failed; their next owner resumes from the last commit")
 

@@ -338,6 +338,10 @@ class ConsumerCoordinator:
             self._lose()
             rejoin = True
         if rejoin:
+            with self._lock:
+                # Kept until the join succeeds: one that fails (the database unreachable) is
+                # tried again at the next poll, not forgotten with the subscription's news.
+                self._rejoin = True
             self._join()
             return
         with self._lock:
@@ -455,7 +459,12 @@ class ConsumerCoordinator:
             with self._lock:
                 self._member = membership
                 self._owned = frozenset(new)
-            self._fill_positions(sorted(added))
+            try:
+                self._fill_positions(sorted(added))
+            except errors.RetriableError:
+                # The database is unreachable (or the offsets still held): the partitions keep
+                # awaiting a position, which the next poll fetches; on_assign is still owed.
+                logger.debug("positions of the assigned partitions are fetched at the next poll", exc_info=True)
             if added and self._on_assign is not None:
                 self._on_assign(added)
             if membership.reconciling:

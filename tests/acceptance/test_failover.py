@@ -204,16 +204,10 @@ def test_a_transactional_copier_copies_exactly_once_through_a_failover(dev_clust
 
 def _rewind(consumer: Consumer) -> None:
     """Back to the group's committed offsets: what the aborted transaction copied is copied again.
-    Reading them is retried while the database is unreachable (a retriable error)."""
-    deadline = time.monotonic() + WAIT
-    while True:
-        try:
-            assigned = list(consumer.assignment())
-            committed = consumer.committed(assigned) if assigned else {}
-            break
-        except errors.DatabaseUnavailableError:
-            assert time.monotonic() < deadline, "the committed offsets stayed unreadable"
-            time.sleep(0.5)
+    committed() itself waits through the promotion (up to default_api_timeout_ms), as Kafka's
+    consumer retries a retriable error."""
+    assigned = list(consumer.assignment())
+    committed = consumer.committed(assigned) if assigned else {}
     for tp in assigned:
         offset = committed.get(tp)
         consumer.seek(tp, offset.offset if offset is not None else 0)
