@@ -261,16 +261,24 @@ def create_engine(
     connections as it takes any other.
     """
     schema = validate_schema(schema)
+    target = database_url(url)
     connect_args = dict(kwargs.pop("connect_args", {}))
     options = f"-c search_path={schema},pg_temp"
     if timeouts is not None:
         options = f"{options} {timeouts.options()}"
         for key, value in timeouts.connect_args().items():
             connect_args.setdefault(key, value)
+    given = target.query.get("options")
+    if given is not None:
+        # libpq's options from the URL (``?options=-c synchronous_commit=local``) are kept, ours
+        # after them: the last setting of a name wins, so search_path and the timeouts stay the
+        # client's, and connect_args' options would replace the URL's altogether.
+        options = " ".join([*((given,) if isinstance(given, str) else given), options])
+        target = target.difference_update_query(["options"])
     connect_args.setdefault("options", options)
     if event_loop:
         async_engine = create_async_engine(
-            database_url(url).set(drivername="postgresql+psycopg_async"),
+            target.set(drivername="postgresql+psycopg_async"),
             connect_args=connect_args,
             pool_pre_ping=True,
             **kwargs,
@@ -278,7 +286,7 @@ def create_engine(
         engine = async_engine.sync_engine
     else:
         engine = sa.create_engine(
-            database_url(url),
+            target,
             connect_args=connect_args,
             pool_pre_ping=True,
             **kwargs,
