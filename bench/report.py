@@ -3,7 +3,7 @@ plots, the machine and the run, and a headline table held against the issue's ta
 
     .venv/bin/python -m bench.report --results bench/results --out docs/bench [--update-readme [README]]
 
-Reads ``<results>/{produce,transactions,pipeline,spark,groups,outbox,broker}.json`` (what ``bench/run``
+Reads ``<results>/{produce,transactions,pipeline,spark,groups,outbox,broker,replication}.json`` (what ``bench/run``
 writes) and writes ``<out>/report.md`` with its PNG plots beside it (matplotlib, Agg, no display needed). A
 benchmark without results is reported as such, never fatal: ``bench/run`` leaves ``<name>.failed`` (its exit
 status and the end of its stderr) or ``<name>.skipped`` in place of the JSON. With ``--update-readme`` the
@@ -41,6 +41,7 @@ BENCHMARKS: dict[str, str] = {
     "groups": "consumer groups through a rebalance (bench/groups.py)",
     "outbox": "records in the application's own transaction (bench/outbox.py)",
     "broker": "Kafka's own client through oncelog broker (bench/broker.py)",
+    "replication": "synchronous replication to a quorum against the server alone (bench/replication.py)",
 }
 START_MARKER = "<!-- bench:headline:start -->"
 END_MARKER = "<!-- bench:headline:end -->"
@@ -756,6 +757,73 @@ def outbox_section(res: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+#: The commit-latency cases of bench/replication.py, by their JSON key.
+REPLICATION_TITLES = {
+    "raw_insert": "raw single-row INSERT, autocommit",
+    "send": "Producer, one record acknowledged (linger_ms=0)",
+    "txn_commit": "commit_transaction, 10 records on 4 partitions",
+}
+
+
+def replication_headlines(res: dict[str, Any]) -> list[Headline]:
+    """Writers with synchronous replication to a quorum (ANY 1) against the same primary alone."""
+    t = res["throughput"]
+    commit = res["latency"]["txn_commit"]
+    return [
+        Headline(
+            "synchronous replication (ANY 1 of 2 standbys): idempotent produce vs the server alone",
+            f"{compact(t['quorum_per_s'])} rec/s",
+            f"{compact(t['alone_per_s'])} rec/s",
+            f"{t['ratio']:.2f}",
+            name="produce with replication",
+        ),
+        Headline(
+            "synchronous replication: commit of a 10-record transaction, p50, vs the server alone",
+            f"{ms(commit['quorum']['p50_ms'])} ms",
+            f"{ms(commit['alone']['p50_ms'])} ms",
+            times(commit["quorum"]["p50_ms"], commit["alone"]["p50_ms"]),
+            name="commit with replication",
+        ),
+    ]
+
+
+def replication_section(res: dict[str, Any]) -> list[str]:
+    s = res["settings"]
+    standbys = ", ".join(f"{x['name']} ({x['sync_state']})" for x in res["server"].get("standbys", [])) or "none"
+    t = res["throughput"]
+    lines = [
+        "A dev cluster on this machine (pg_auto_failover: a primary and two standbys, "
+        f"`synchronous_standby_names = {res['server']['settings']['synchronous_standby_names']}`; standbys: "
+        f"{standbys}). Every figure twice on the same primary: **quorum**, the sessions' "
+        "`synchronous_commit = on` (a commit waits for one standby's flush: nothing acknowledged is lost to a "
+        "failover), and **alone**, `synchronous_commit = local` (a commit waits for the primary's flush, as on a "
+        "single server; the baseline). Loopback replication shares this machine's disk and cores; across machines "
+        "add the network's round trip to every commit.",
+        "",
+        f"Idempotent Producer, {s['records']:,} records of {s['value_bytes']} B to {s['partitions']} partitions "
+        f"(1000-record batches), paired runs in alternating order, repeated {s['repeat']} time(s), medians:",
+        "",
+        "| quorum rec/s | alone rec/s | ratio |",
+        "|---:|---:|---:|",
+        f"| {t['quorum_per_s']:,.0f} | {t['alone_per_s']:,.0f} | {t['ratio']:.2f} |",
+        "",
+        f"Commit latency, {s['samples']} samples per case and mode, the modes taking turns sample by sample:",
+        "",
+        "| case | quorum p50 ms | quorum p99 ms | alone p50 ms | alone p99 ms | p50 ratio | p99 ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for key, title in REPLICATION_TITLES.items():
+        c = res["latency"].get(key)
+        if c is None:
+            continue
+        q, a = c["quorum"], c["alone"]
+        lines.append(
+            f"| {title} | {ms(q['p50_ms'])} | {ms(q['p99_ms'])} | {ms(a['p50_ms'])} | {ms(a['p99_ms'])} "
+            f"| {c['ratio_p50']:.2f} | {c['ratio_p99']:.2f} |"
+        )
+    return [*lines, ""]
+
+
 def broker_headlines(res: dict[str, Any]) -> list[Headline]:
     """librdkafka's producer through the broker against the store call; its consumer against Consumer.poll."""
     cases = res["cases"]
@@ -821,6 +889,7 @@ HEADLINES: dict[str, Callable[[dict[str, Any]], list[Headline]]] = {
     "groups": groups_headlines,
     "outbox": outbox_headlines,
     "broker": broker_headlines,
+    "replication": replication_headlines,
 }
 #: What each benchmark's headline rows stand for, for the one row a benchmark without results gets.
 HEADLINE_PLACEHOLDERS = {
@@ -837,6 +906,7 @@ HEADLINE_PLACEHOLDERS = {
     "outbox": "outbox writes (a business row + oncelog.send) against the business row alone",
     "broker": f"confluent-kafka through oncelog broker against the store call (target >= {BROKER_TARGET:g}) and "
     "its consumer against Consumer.poll",
+    "replication": "produce throughput and commit latency with synchronous replication against the server alone",
 }
 
 
@@ -1789,7 +1859,7 @@ def render(outcomes: dict[str, Outcome], drawn: dict[str, str], plot_notes: Sequ
         lines += [f"_{note}_", ""]
     lines += ["## Headline", "", *headline_table(rows), "", headline_summary(rows), ""]
 
-    produce, txn, pipe, spark, groups, outbox, broker = (outcomes[n] for n in BENCHMARKS)
+    produce, txn, pipe, spark, groups, outbox, broker, replication = (outcomes[n] for n in BENCHMARKS)
     sections: list[tuple[str, list[tuple[Outcome, str, Callable[[dict[str, Any]], list[str]]]], str, str]] = [
         (
             "Throughput against batch size",
@@ -1835,6 +1905,7 @@ def render(outcomes: dict[str, Outcome], drawn: dict[str, str], plot_notes: Sequ
         ("Consumer groups through a rebalance", [(groups, "the rebalance", groups_section)], "", ""),
         ("Records in the application's own transaction", [(outbox, "the outbox", outbox_section)], "", ""),
         ("Kafka's own clients through oncelog broker", [(broker, "the broker", broker_section)], "", ""),
+        ("Synchronous replication", [(replication, "replication", replication_section)], "", ""),
     ]
     for title, parts, image, alt in sections:
         lines += [f"## {title}", "", *_image(drawn, image, alt)]

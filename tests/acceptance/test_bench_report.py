@@ -468,6 +468,43 @@ def broker_result() -> dict[str, Any]:
     }
 
 
+def replication_result() -> dict[str, Any]:
+    """The shape bench/replication.py writes."""
+
+    def latency(quorum_ms: float, alone_ms: float) -> dict[str, Any]:
+        def figures(p50: float) -> dict[str, float]:
+            return {"samples": 400, "p50_ms": p50, "p99_ms": 3 * p50, "max_ms": 4 * p50, "mean_ms": 1.2 * p50}
+
+        return {
+            "quorum": figures(quorum_ms),
+            "alone": figures(alone_ms),
+            "ratio_p50": round(quorum_ms / alone_ms, 3),
+            "ratio_p99": round(quorum_ms / alone_ms, 3),
+        }
+
+    return {
+        **_common("replication", "2026-11-21T12:30:00+00:00"),
+        "server": {
+            "version": _server()["version"],
+            "settings": {"synchronous_standby_names": "ANY 1 (pgautofailover_standby_2, pgautofailover_standby_3)"},
+            "standbys": [
+                {"name": "pgautofailover_standby_2", "sync_state": "quorum"},
+                {"name": "pgautofailover_standby_3", "sync_state": "quorum"},
+            ],
+        },
+        "settings": {
+            "records": 40_000,
+            "samples": 400,
+            "partitions": 4,
+            "value_bytes": 100,
+            "txn_records": 10,
+            "repeat": 3,
+        },
+        "throughput": {"runs": [], "quorum_per_s": 30_000.0, "alone_per_s": 40_000.0, "ratio": 0.75},
+        "latency": {"raw_insert": latency(1.5, 0.5), "send": latency(2.0, 1.0), "txn_commit": latency(3.0, 1.5)},
+    }
+
+
 def full_results() -> dict[str, dict[str, Any]]:
     return {
         "produce": produce_result(),
@@ -477,6 +514,7 @@ def full_results() -> dict[str, dict[str, Any]]:
         "groups": groups_result(),
         "outbox": outbox_result(),
         "broker": broker_result(),
+        "replication": replication_result(),
     }
 
 
@@ -962,6 +1000,7 @@ def test_failed_skipped_and_missing_benchmarks_are_reported_not_fatal(tmp_path: 
         "missing",
         "missing",
         "missing",
+        "missing",
     ]
     assert "the transactions benchmark failed (exit 1: RuntimeError: the log holds 3 / 4 records)" in md
     assert "the pipeline benchmark has no results (no pipeline.json in " in md
@@ -972,7 +1011,7 @@ def test_failed_skipped_and_missing_benchmarks_are_reported_not_fatal(tmp_path: 
     # The produce figures are all there; the others' headline rows say why they are not.
     assert "| 0.60, 0.55, 0.75, 0.80 | >= 0.8 (lowest): **not met** |" in md
     rows = report.headlines(outcomes)
-    assert [r.status for r in rows if r.missing] == ["not measured"] * 6
+    assert [r.status for r in rows if r.missing] == ["not measured"] * 7
     assert "Not measured: transactions of 1000 records" in md
     # Only the plots the results allow; the stale one is gone.
     assert sorted(p.name for p in out.glob("*.png")) == ["latency.png", "produce_throughput.png"]
@@ -1027,7 +1066,7 @@ def test_results_from_different_runs_are_flagged(tmp_path: Path) -> None:
     md = path.read_text()
     assert (
         "The results differ in commit (produce: abc1234; transactions: abc1234; pipeline: abc1234; spark: fff0000; "
-        "groups: abc1234; outbox: abc1234; broker: abc1234)" in md
+        "groups: abc1234; outbox: abc1234; broker: abc1234; replication: abc1234)" in md
     )
 
 
@@ -1154,6 +1193,17 @@ def test_the_outbox_benchmark_is_a_section_and_headline_rows(full_report: tuple[
     assert "## Records in the application's own transaction" in md
     assert "| 8 | 6,400 | 8,000 | 0.80 | 7,600 | 0.84 |" in md
     assert "outbox (a business row + oncelog.send), 8 thread(s), against the business row alone" in md
+
+
+def test_the_replication_benchmark_is_a_section_and_headline_rows(full_report: tuple[Path, str]) -> None:
+    _, md = full_report
+    rows = report_rows(full_report)
+    produce = headline_by_prefix(rows, "synchronous replication (ANY 1 of 2 standbys): idempotent produce")
+    assert figures(produce) == ("30.0k rec/s", "40.0k rec/s", "0.75")
+    commit = headline_by_prefix(rows, "synchronous replication: commit of a 10-record transaction")
+    assert figures(commit) == ("3.00 ms", "1.50 ms", "2.0x")
+    assert "## Synchronous replication" in md
+    assert "| commit_transaction, 10 records on 4 partitions | 3.00 | 9.00 | 1.50 | 4.50 | 2.00 | 2.00 |" in md
 
 
 def test_the_broker_benchmark_is_a_section_and_headline_rows(full_report: tuple[Path, str]) -> None:

@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from bench import replication as replication_bench
+from bench.report import REPLICATION_TITLES
 from oncelog import Admin, Consumer, Producer, TopicPartition, errors
 from oncelog.cli import cli
 from oncelog.dev_cluster import NODES, DevCluster
@@ -235,6 +237,21 @@ def test_verify_finds_no_anomaly_through_a_failover(dev_cluster: DevCluster) -> 
     summary = report.verdict.summary
     assert summary["ops.send.ok"] > 0 and summary["ops.txn.ok"] > 0 and summary["copies.committed"] > 0, summary
     assert dev_cluster.status().healthy  # the old primary is back as a standby
+
+
+def test_the_replication_benchmark_runs_and_reports_both_modes(dev_cluster: DevCluster) -> None:
+    """bench/replication.py, --quick, on this module's cluster: a smoke test of its shape (every
+    figure there and positive), never of speed."""
+    dev_cluster.start()
+    result = replication_bench.run(quick=True, repeat=1, cluster=dev_cluster)
+    assert result["healthy_after"]
+    assert result["server"]["settings"]["synchronous_standby_names"].startswith("ANY 1 ")
+    assert result["throughput"]["quorum_per_s"] > 0 and result["throughput"]["alone_per_s"] > 0
+    assert sorted(result["latency"]) == sorted(REPLICATION_TITLES)
+    for case in result["latency"].values():
+        assert case["quorum"]["samples"] == case["alone"]["samples"] > 0
+        assert case["quorum"]["p50_ms"] > 0 and case["alone"]["p50_ms"] > 0
+    assert "| case | quorum p50 ms |" in replication_bench.render(result)
 
 
 def test_the_cli_shows_locates_stops_and_starts_the_cluster(dev_cluster: DevCluster) -> None:
