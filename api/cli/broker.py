@@ -8,16 +8,17 @@ import ipaddress
 import os
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from oncelog.broker import Broker, parse_listener
-from oncelog.broker.auth import Principals
-from oncelog.broker.tls import server_tls_context
 from oncelog.cli.context import CliContext
 from oncelog.errors import ConfigurationError
 from oncelog.store import create_engine
 from oncelog.store.engine import Timeouts
+
+if TYPE_CHECKING:
+    from oncelog.broker import Broker
 
 #: Each store call the broker makes is bounded like a client's request (statement and lock
 #: timeouts, keepalives): a Kafka client's own request timeout is 30 s.
@@ -82,6 +83,17 @@ def broker(  # noqa: PLR0917 - click passes each option as an argument
 ) -> None:
     """Serve the Kafka protocol on --listen: Kafka's clients write and read the store's log.
     Stops on SIGINT/SIGTERM."""
+    # Here, not at the top: the broker's codec is the optional broker extra, and every other
+    # command runs without it.
+    try:
+        from oncelog.broker import Broker, parse_listener  # noqa: PLC0415
+        from oncelog.broker.auth import Principals  # noqa: PLC0415
+        from oncelog.broker.tls import server_tls_context  # noqa: PLC0415
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "a module").partition(".")[0]
+        raise ConfigurationError(
+            f"oncelog broker needs Kafka's protocol codec ({missing} is not installed): pip install 'oncelog[broker]'"
+        ) from exc
     try:
         where = parse_listener(listen)
         advertised = parse_listener(advertised_listener) if advertised_listener else None
