@@ -19,6 +19,7 @@ from oncelog.spark.reader import ReadRange, plan_ranges, read_ranges
 from oncelog.spark.writer import TaskHook, WriteResult, write
 from oncelog.store import create_engine, groups, txn
 from oncelog.store.engine import DEFAULT_SCHEMA
+from oncelog.store.errors import mapped_errors
 
 Transform = Callable[[Any], Any]
 
@@ -53,6 +54,8 @@ def transactional_id_prefix(group: str) -> str:
     return f"oncelog-pipeline-{hashlib.sha256(group.encode()).hexdigest()[:16]}"
 
 
+# A lost or refused connection is a retriable DatabaseUnavailableError, as from every client.
+@mapped_errors()
 def run_pipeline(
     spark: Any,
     database_url: str,

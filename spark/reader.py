@@ -13,6 +13,7 @@ from oncelog.errors import ConfigurationError, UnstableOffsetCommitError
 from oncelog.spark.jdbc import jdbc_target
 from oncelog.store import create_engine, groups, log, spark_sql
 from oncelog.store.engine import DEFAULT_SCHEMA
+from oncelog.store.errors import mapped_errors
 from oncelog.types import TopicPartition
 
 #: Start positions: "earliest", "committed:<group>", or explicit offsets per partition.
@@ -106,6 +107,8 @@ def read_ranges(
     )
 
 
+# A lost or refused connection is a retriable DatabaseUnavailableError, as from every client.
+@mapped_errors()
 def read_committed(
     spark: Any,
     database_url: str,

@@ -29,6 +29,7 @@ from oncelog.errors import ConfigurationError, InvalidRequestError
 from oncelog.spark.task import REPORT_SCHEMA, TaskHook, TaskPlan, TaskReport, arrow_task
 from oncelog.store import create_engine, topics, txn
 from oncelog.store.engine import DEFAULT_SCHEMA
+from oncelog.store.errors import mapped_errors
 
 __all__ = ["TaskHook", "TaskPlan", "TaskReport", "WriteResult", "run_write_tasks", "write"]
 
@@ -102,6 +103,8 @@ def run_write_tasks(
     return [TaskReport.from_row(r) for r in rows]
 
 
+# A lost or refused connection is a retriable DatabaseUnavailableError, as from every client.
+@mapped_errors()
 def write(
     df: Any,
     database_url: str,

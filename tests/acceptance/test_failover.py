@@ -15,8 +15,9 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -213,6 +214,92 @@ def _rewind(consumer: Consumer) -> None:
     for tp in assigned:
         offset = committed.get(tp)
         consumer.seek(tp, offset.offset if offset is not None else 0)
+
+
+def _pause_after_writing(marker: str) -> Callable[[int, int], None]:
+    """A task hook: the task's rows are sent in its open transaction; it says so (a file) and
+    waits a few seconds, in which the test kills the primary."""
+
+    def hook(task: int, attempt: int) -> None:
+        Path(marker).touch()
+        time.sleep(3)
+
+    return hook
+
+
+def test_a_spark_pipeline_through_a_failover_fails_cleanly_and_its_rerun_writes_each_record_once(
+    dev_cluster: DevCluster, spark: Any, tmp_path: Path
+) -> None:
+    """The primary dies while the pipeline's tasks hold their transactions open: the run fails with
+    a typed error or succeeds, never half; run again after the promotion, the output holds every
+    committed input record exactly once."""
+    from oncelog.spark import run_pipeline  # noqa: PLC0415 - the optional spark extra
+
+    dev_cluster.start()
+    url = dev_cluster.url()
+    total = 2000
+    with Admin(url) as admin:
+        admin.create_topic("spark-in", partitions=2)
+        admin.create_topic("spark-out", partitions=2)
+    with Producer(url) as feeder:
+        for i in range(total):
+            feeder.send("spark-in", b"%06d" % i, partition=i % 2)
+        feeder.flush(WAIT)
+    marker = tmp_path / "written"
+    killed: list[str] = []
+
+    def kill_when_written() -> None:
+        deadline = time.monotonic() + WAIT
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        primary = dev_cluster.status().primary
+        if primary is not None:
+            killed.append(primary)
+            dev_cluster.kill(primary)
+
+    killer = threading.Thread(target=kill_when_written)
+    killer.start()
+    outcome: str
+    try:
+        result = run_pipeline(
+            spark,
+            url,
+            input_topics=["spark-in"],
+            output_topic="spark-out",
+            group="spark-copier",
+            transform=lambda df: df.select("key", "value"),
+            task_hook=_pause_after_writing(str(marker)),
+        )
+        outcome = f"committed {result.output_records}"
+    except errors.OncelogError as exc:
+        outcome = type(exc).__name__
+    finally:
+        killer.join(WAIT)
+    assert killed, "the primary was not killed during the run"
+    dev_cluster.wait_until(lambda status: status.primary not in (None, killed[0]), "the new primary", WAIT)
+    # Again until the group has nothing left to read: each run either commits or fails whole.
+    deadline = time.monotonic() + WAIT
+    while True:
+        assert time.monotonic() < deadline, f"the reruns did not finish (first run: {outcome})"
+        try:
+            again = run_pipeline(
+                spark,
+                url,
+                input_topics=["spark-in"],
+                output_topic="spark-out",
+                group="spark-copier",
+                transform=lambda df: df.select("key", "value"),
+            )
+        except errors.OncelogError as exc:
+            assert exc.retriable, exc
+            time.sleep(1)
+            continue
+        if again.input_offsets == 0:
+            break
+    values = Counter(read_all(url, "spark-out", 2))
+    assert sorted(values) == [b"%06d" % i for i in range(total)], outcome
+    assert max(values.values()) == 1, outcome
+    dev_cluster.start()
 
 
 def test_verify_finds_no_anomaly_through_a_failover(dev_cluster: DevCluster) -> None:
