@@ -38,12 +38,10 @@ import oncelog
 from bench.produce import (
     Bench,
     Data,
-    bench_parser,
-    emit,
     log,
     machine_info,
-    repeat_count,
     result_fields,
+    run_main,
     scratch_database,
     titled,
 )
@@ -206,11 +204,15 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = bench_parser("bench.broker", __doc__, "runs per case (default 3; 1 with --quick)")
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    result = run(args.quick, repeat_count(parser, args, 3))
-    emit(result, render(result), args.json)
-    return 0
+    return run_main(
+        argv,
+        prog="bench.broker",
+        doc=__doc__,
+        repeat_help="runs per case (default 3; 1 with --quick)",
+        default_repeat=3,
+        run=run,
+        render=render,
+    )
 
 
 if __name__ == "__main__":

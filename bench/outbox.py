@@ -32,12 +32,10 @@ import psycopg
 import oncelog
 from bench.produce import (
     Bench,
-    bench_parser,
-    emit,
     log,
     machine_info,
-    repeat_count,
     result_fields,
+    run_main,
     scratch_database,
     titled,
 )
@@ -150,11 +148,15 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = bench_parser("bench.outbox", __doc__, "paired runs per case (default 3; 1 with --quick)")
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    result = run(args.quick, repeat_count(parser, args, 3))
-    emit(result, render(result), args.json)
-    return 0
+    return run_main(
+        argv,
+        prog="bench.outbox",
+        doc=__doc__,
+        repeat_help="paired runs per case (default 3; 1 with --quick)",
+        default_repeat=3,
+        run=run,
+        render=render,
+    )
 
 
 if __name__ == "__main__":

@@ -507,33 +507,38 @@ def raw_throughput(bench: Bench, cfg: Config, data: Data, method: str) -> Measur
     return Measurement(cfg.records, seconds, cfg.records * data.record_bytes, cost.per_record(cfg.records))
 
 
+def store_writer(
+    bench: Bench, topic: str, partition: int, batches: Sequence[list[RecordIn]]
+) -> Callable[[threading.Barrier], None]:
+    """A thread's work for :func:`run_threads`: ``batches`` into ``partition`` by the store call,
+    as one idempotent producer of its own (one connection, autocommit, a call per batch)."""
+
+    def run(barrier: threading.Barrier) -> None:
+        with bench.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            ident = store_log.init_producer_id(conn)
+            barrier.wait()
+            sequence = 0
+            for records in batches:
+                store_log.produce(
+                    conn,
+                    topic=topic,
+                    partition=partition,
+                    records=records,
+                    producer_id=ident.producer_id,
+                    producer_epoch=ident.epoch,
+                    base_sequence=sequence,
+                )
+                sequence += len(records)
+
+    return run
+
+
 def store_throughput(bench: Bench, cfg: Config, data: Data) -> Measurement:
     bench.reset()
     topic, _ = bench.new_topic(cfg.partitions)
     batches = data.batches(0, cfg.per_partition, cfg.batch)  # the same list for every partition
-
-    def writer(partition: int) -> Callable[[threading.Barrier], None]:
-        def run(barrier: threading.Barrier) -> None:
-            with bench.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                ident = store_log.init_producer_id(conn)
-                barrier.wait()
-                sequence = 0
-                for records in batches:
-                    store_log.produce(
-                        conn,
-                        topic=topic,
-                        partition=partition,
-                        records=records,
-                        producer_id=ident.producer_id,
-                        producer_epoch=ident.epoch,
-                        base_sequence=sequence,
-                    )
-                    sequence += len(records)
-
-        return run
-
     cost = ClientCost()
-    seconds = run_threads([writer(p) for p in range(cfg.partitions)], cost)
+    seconds = run_threads([store_writer(bench, topic, p, batches) for p in range(cfg.partitions)], cost)
     check_written(bench, topic, cfg)
     return Measurement(cfg.records, seconds, cfg.records * data.record_bytes, cost.per_record(cfg.records))
 
@@ -1037,6 +1042,25 @@ def emit(result: dict[str, Any], rendered: str, json_path: str | None) -> None:
         path = Path(json_path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def run_main(
+    argv: Sequence[str] | None,
+    *,
+    prog: str,
+    doc: str,
+    repeat_help: str,
+    default_repeat: int,
+    run: Callable[[bool, int], dict[str, Any]],
+    render: Callable[[dict[str, Any]], str],
+) -> int:
+    """The command line of a benchmark that takes only the common options: parse them, run with
+    --quick and --repeat, print the markdown and write the JSON when asked."""
+    parser = bench_parser(prog, doc, repeat_help)
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    result = run(args.quick, repeat_count(parser, args, default_repeat))
+    emit(result, render(result), args.json)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -45,12 +45,10 @@ from urllib.parse import quote
 import psycopg
 
 from bench.produce import (
-    bench_parser,
-    emit,
     log,
     machine_info,
-    repeat_count,
     result_fields,
+    run_main,
     summarize,
     titled,
 )
@@ -240,11 +238,15 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = bench_parser("bench.replication", __doc__, "paired throughput runs (default 3; 1 with --quick)")
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    result = run(args.quick, repeat_count(parser, args, 3))
-    emit(result, render(result), args.json)
-    return 0
+    return run_main(
+        argv,
+        prog="bench.replication",
+        doc=__doc__,
+        repeat_help="paired throughput runs (default 3; 1 with --quick)",
+        default_repeat=3,
+        run=run,
+        render=render,
+    )
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ plots, the machine and the run, and a headline table held against the issue's ta
 
     .venv/bin/python -m bench.report --results bench/results --out docs/bench [--update-readme [README]]
 
-Reads ``<results>/{produce,transactions,pipeline,spark,groups,outbox,broker,replication}.json`` (what ``bench/run``
+Reads ``<results>/<name>.json`` for every benchmark of ``BENCHMARKS`` (what ``bench/run``
 writes) and writes ``<out>/report.md`` with its PNG plots beside it (matplotlib, Agg, no display needed). A
 benchmark without results is reported as such, never fatal: ``bench/run`` leaves ``<name>.failed`` (its exit
 status and the end of its stderr) or ``<name>.skipped`` in place of the JSON. With ``--update-readme`` the
@@ -42,6 +42,7 @@ BENCHMARKS: dict[str, str] = {
     "outbox": "records in the application's own transaction (bench/outbox.py)",
     "broker": "Kafka's own client through oncelog broker (bench/broker.py)",
     "replication": "synchronous replication to a quorum against the server alone (bench/replication.py)",
+    "storage": "bytes per record and the cost of retention, scaled to 100M records (bench/storage.py)",
 }
 START_MARKER = "<!-- bench:headline:start -->"
 END_MARKER = "<!-- bench:headline:end -->"
@@ -824,6 +825,61 @@ def replication_section(res: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def storage_headlines(res: dict[str, Any]) -> list[Headline]:
+    """oncelog's retention (DELETE passes, VACUUM) against a raw DELETE of the same rows."""
+    rows = []
+    for c in res["cases"]:
+        rows.append(
+            Headline(
+                f"retention of {_size(c['value_bytes'])} records (DeleteRecords, retention passes, VACUUM) vs a raw "
+                "DELETE and VACUUM of the same rows",
+                f"{compact(c['retention_records_per_s'])} records/s",
+                f"{compact(c['raw_delete_records_per_s'])} records/s",
+                f"{c['ratio_retention_to_raw_delete']:.2f}",
+                name=f"retention, {_size(c['value_bytes'])} values",
+            )
+        )
+    return rows
+
+
+def storage_section(res: dict[str, Any]) -> list[str]:
+    s = res["settings"]
+    scale = f"{s['scale_to'] / 1e6:,.0f}M"
+    lines = [
+        f"The `records` table on a {s['partitions']}-partition topic written by the store call ({s['batch']}-record "
+        "batches, 12-byte keys): bytes per record are the growth of the heap, its TOAST table and its indexes over "
+        "the second half of the records. Retention then drops the older half of every partition: DeleteRecords "
+        f"moves the log starts, `enforce_retention` passes ({s['retention_batch']:,} records per partition per "
+        "call) delete the rows, VACUUM makes the space reusable. Baselines on copies of the same rows: a plain "
+        "table's DELETE and VACUUM, and a table partitioned by offset range whose two lower partitions are dropped. "
+        f"Medians of {s['repeat']} run(s); the {scale} columns scale the per-record figures linearly.",
+        "",
+        f"| values | records | heap B/record | indexes B/record | TOAST B/record | total B/record | table at {scale} |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in res["cases"]:
+        lines.append(
+            f"| {_size(c['value_bytes'])} | {c['records']:,} | {c['heap_per_record']:.0f} "
+            f"| {c['indexes_per_record']:.0f} | {c['toast_per_record']:.0f} | {c['bytes_per_record']:.0f} "
+            f"| {c['scaled']['table_gib']:,.1f} GiB |"
+        )
+    lines += [
+        "",
+        f"| values | deleted | retention records/s | raw DELETE records/s | ratio (with VACUUM) | WAL B/record "
+        f"| dropping 2 partitions | retention of {scale} | raw DELETE of {scale} |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in res["cases"]:
+        m = c["median"]
+        lines.append(
+            f"| {_size(c['value_bytes'])} | {m['deleted']:,.0f} | {c['retention_records_per_s']:,.0f} "
+            f"| {c['raw_delete_records_per_s']:,.0f} | {c['ratio_retention_to_raw_delete']:.2f} "
+            f"| {c['retention_wal_per_record']:.0f} | {ms(c['drop_s'] * 1000)} ms "
+            f"| {c['scaled']['retention_hours']:.2f} h | {c['scaled']['raw_delete_hours']:.2f} h |"
+        )
+    return [*lines, ""]
+
+
 def broker_headlines(res: dict[str, Any]) -> list[Headline]:
     """librdkafka's producer through the broker against the store call; its consumer against Consumer.poll."""
     cases = res["cases"]
@@ -890,6 +946,7 @@ HEADLINES: dict[str, Callable[[dict[str, Any]], list[Headline]]] = {
     "outbox": outbox_headlines,
     "broker": broker_headlines,
     "replication": replication_headlines,
+    "storage": storage_headlines,
 }
 #: What each benchmark's headline rows stand for, for the one row a benchmark without results gets.
 HEADLINE_PLACEHOLDERS = {
@@ -907,6 +964,7 @@ HEADLINE_PLACEHOLDERS = {
     "broker": f"confluent-kafka through oncelog broker against the store call (target >= {BROKER_TARGET:g}) and "
     "its consumer against Consumer.poll",
     "replication": "produce throughput and commit latency with synchronous replication against the server alone",
+    "storage": "retention against a raw DELETE of the same rows; bytes per record",
 }
 
 
@@ -1859,7 +1917,7 @@ def render(outcomes: dict[str, Outcome], drawn: dict[str, str], plot_notes: Sequ
         lines += [f"_{note}_", ""]
     lines += ["## Headline", "", *headline_table(rows), "", headline_summary(rows), ""]
 
-    produce, txn, pipe, spark, groups, outbox, broker, replication = (outcomes[n] for n in BENCHMARKS)
+    produce, txn, pipe, spark, groups, outbox, broker, replication, storage = (outcomes[n] for n in BENCHMARKS)
     sections: list[tuple[str, list[tuple[Outcome, str, Callable[[dict[str, Any]], list[str]]]], str, str]] = [
         (
             "Throughput against batch size",
@@ -1906,6 +1964,7 @@ def render(outcomes: dict[str, Outcome], drawn: dict[str, str], plot_notes: Sequ
         ("Records in the application's own transaction", [(outbox, "the outbox", outbox_section)], "", ""),
         ("Kafka's own clients through oncelog broker", [(broker, "the broker", broker_section)], "", ""),
         ("Synchronous replication", [(replication, "replication", replication_section)], "", ""),
+        ("Storage and retention", [(storage, "storage", storage_section)], "", ""),
     ]
     for title, parts, image, alt in sections:
         lines += [f"## {title}", "", *_image(drawn, image, alt)]

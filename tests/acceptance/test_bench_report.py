@@ -505,6 +505,35 @@ def replication_result() -> dict[str, Any]:
     }
 
 
+def storage_result() -> dict[str, Any]:
+    """The shape bench/storage.py writes."""
+
+    def case(size: int) -> dict[str, Any]:
+        median = {"deleted": 500_000.0, "drop_s": 0.004}
+        return {
+            "value_bytes": size,
+            "records": 1_000_000,
+            "runs": [],
+            "median": median,
+            "bytes_per_record": 236.0 + size,
+            "heap_per_record": 205.0 + size,
+            "indexes_per_record": 31.0,
+            "toast_per_record": 0.0,
+            "retention_records_per_s": 800_000.0,
+            "retention_wal_per_record": 73.0,
+            "raw_delete_records_per_s": 2_000_000.0,
+            "ratio_retention_to_raw_delete": 0.45,
+            "drop_s": 0.004,
+            "scaled": {"records": 100_000_000, "table_gib": 22.0, "retention_hours": 0.04, "raw_delete_hours": 0.02},
+        }
+
+    return {
+        **_common("storage", "2026-11-21T12:30:00+00:00"),
+        "settings": {"partitions": 4, "batch": 1000, "retention_batch": 10_000, "repeat": 2, "scale_to": 100_000_000},
+        "cases": [case(100), case(1024)],
+    }
+
+
 def full_results() -> dict[str, dict[str, Any]]:
     return {
         "produce": produce_result(),
@@ -515,6 +544,7 @@ def full_results() -> dict[str, dict[str, Any]]:
         "outbox": outbox_result(),
         "broker": broker_result(),
         "replication": replication_result(),
+        "storage": storage_result(),
     }
 
 
@@ -1001,6 +1031,7 @@ def test_failed_skipped_and_missing_benchmarks_are_reported_not_fatal(tmp_path: 
         "missing",
         "missing",
         "missing",
+        "missing",
     ]
     assert "the transactions benchmark failed (exit 1: RuntimeError: the log holds 3 / 4 records)" in md
     assert "the pipeline benchmark has no results (no pipeline.json in " in md
@@ -1011,7 +1042,7 @@ def test_failed_skipped_and_missing_benchmarks_are_reported_not_fatal(tmp_path: 
     # The produce figures are all there; the others' headline rows say why they are not.
     assert "| 0.60, 0.55, 0.75, 0.80 | >= 0.8 (lowest): **not met** |" in md
     rows = report.headlines(outcomes)
-    assert [r.status for r in rows if r.missing] == ["not measured"] * 7
+    assert [r.status for r in rows if r.missing] == ["not measured"] * 8
     assert "Not measured: transactions of 1000 records" in md
     # Only the plots the results allow; the stale one is gone.
     assert sorted(p.name for p in out.glob("*.png")) == ["latency.png", "produce_throughput.png"]
@@ -1066,7 +1097,7 @@ def test_results_from_different_runs_are_flagged(tmp_path: Path) -> None:
     md = path.read_text()
     assert (
         "The results differ in commit (produce: abc1234; transactions: abc1234; pipeline: abc1234; spark: fff0000; "
-        "groups: abc1234; outbox: abc1234; broker: abc1234; replication: abc1234)" in md
+        "groups: abc1234; outbox: abc1234; broker: abc1234; replication: abc1234; storage: abc1234)" in md
     )
 
 
@@ -1204,6 +1235,16 @@ def test_the_replication_benchmark_is_a_section_and_headline_rows(full_report: t
     assert figures(commit) == ("3.00 ms", "1.50 ms", "2.0x")
     assert "## Synchronous replication" in md
     assert "| commit_transaction, 10 records on 4 partitions | 3.00 | 9.00 | 1.50 | 4.50 | 2.00 | 2.00 |" in md
+
+
+def test_the_storage_benchmark_is_a_section_and_headline_rows(full_report: tuple[Path, str]) -> None:
+    _, md = full_report
+    rows = report_rows(full_report)
+    retention = headline_by_prefix(rows, "retention of 100B records")
+    assert figures(retention) == ("800k records/s", "2.00M records/s", "0.45")
+    assert "## Storage and retention" in md
+    assert "| 100B | 1,000,000 | 305 | 31 | 0 | 336 | 22.0 GiB |" in md
+    assert "| 1KiB | 500,000 | 800,000 | 2,000,000 | 0.45 | 73 | 4.00 ms | 0.04 h | 0.02 h |" in md
 
 
 def test_the_broker_benchmark_is_a_section_and_headline_rows(full_report: tuple[Path, str]) -> None:
