@@ -18,6 +18,7 @@ from oncelog.types import (
     AclBindingFilter,
     GroupDescription,
     GroupListing,
+    OffsetAndTimestamp,
     OffsetReset,
     PartitionLag,
     ProducerState,
@@ -178,6 +179,30 @@ class Admin(Client):
             )
         return {
             TopicPartition(topic, b.partition): b.high_watermark if f is None else f[0]
+            for b, f in zip(bounds, found, strict=True)
+        }
+
+    def max_timestamp_offsets(
+        self, topic: str, *, isolation_level: str = "read_uncommitted"
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """Per partition, the offset and timestamp of the record with the largest timestamp (the
+        first of equals), as Kafka's ListOffsets with ``OffsetSpec.maxTimestamp()``; None for a
+        partition without records. ``read_committed`` looks only below the last stable offset and
+        past aborted records. Reads every record of the topic."""
+        _topic(topic)
+        if isolation_level not in ("read_committed", "read_uncommitted"):
+            raise errors.InvalidRequestError(
+                f"isolation_level must be 'read_committed' or 'read_uncommitted', not {isolation_level!r}"
+            )
+        with self._request() as conn:
+            bounds = log.list_offsets(conn, topic=topic)
+            found = log.list_offsets_max_timestamp(
+                conn,
+                partitions=[(topic, b.partition) for b in bounds],
+                read_committed=isolation_level == "read_committed",
+            )
+        return {
+            TopicPartition(topic, b.partition): None if f is None else OffsetAndTimestamp(*f)
             for b, f in zip(bounds, found, strict=True)
         }
 

@@ -22,8 +22,9 @@ class OffsetAndMetadata(NamedTuple):
 
 
 class OffsetAndTimestamp(NamedTuple):
-    """The first record at or after a time (:meth:`oncelog.Consumer.offsets_for_times`): its
-    offset and its timestamp."""
+    """A record's offset and timestamp: the first at or after a time
+    (:meth:`oncelog.Consumer.offsets_for_times`), or the one with the largest timestamp
+    (:meth:`oncelog.Admin.max_timestamp_offsets`)."""
 
     offset: int
     timestamp: datetime

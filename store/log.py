@@ -641,6 +641,25 @@ def list_offsets(conn: sa.Connection, *, topic: str) -> list[PartitionOffsets]:
     ]
 
 
+def list_offsets_max_timestamp(
+    conn: sa.Connection, *, partitions: Sequence[tuple[str, int]], read_committed: bool
+) -> list[tuple[int, datetime] | None]:
+    """ListOffsets for the largest timestamp (Kafka's MAX_TIMESTAMP, -3): for each (topic,
+    partition), in order, the offset and timestamp of the data record with the largest timestamp
+    (the first of equals) that a reader of the isolation level could read, or None when there is
+    none. Reads the whole partition. Needs DESCRIBE on the topics (TopicAuthorizationError);
+    UnknownTopicOrPartitionError names an unknown partition."""
+    if not partitions:
+        return []
+    rows = _driver(
+        conn,
+        'SELECT idx, "offset", "timestamp" FROM list_offsets_max_timestamp_v1('
+        "%(topics)s::text[], %(partitions)s::integer[], %(committed)s) ORDER BY idx",
+        {"topics": [t for t, _ in partitions], "partitions": [p for _, p in partitions], "committed": read_committed},
+    ).all()
+    return [None if r.offset is None else (int(r.offset), r.timestamp) for r in rows]
+
+
 def list_offsets_for_times(
     conn: sa.Connection, *, requests: Sequence[tuple[str, int, datetime]], read_committed: bool
 ) -> list[tuple[int, datetime] | None]:

@@ -35,7 +35,7 @@ __all__ = [
 API_RANGES: dict[int, tuple[int, int]] = {
     0: (3, 11),  # Produce
     1: (4, 12),  # Fetch
-    2: (1, 10),  # ListOffsets (8: -4, 9: -5, 10: a timeout; -3 is refused)
+    2: (1, 10),  # ListOffsets (7: -3, 8: -4, 9: -5, 10: a timeout)
     3: (0, 12),  # Metadata
     8: (2, 8),  # OffsetCommit
     9: (1, 7),  # OffsetFetch

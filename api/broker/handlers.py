@@ -57,6 +57,8 @@ _FETCH_MAX_RECORDS = 1000
 
 #: ListOffsets' EARLIEST_LOCAL_TIMESTAMP (v8, KIP-405) and LATEST_TIERED_TIMESTAMP (v9, KIP-1005).
 _EARLIEST_LOCAL, _LATEST_TIERED = -4, -5
+#: ListOffsets' MAX_TIMESTAMP (v7, KIP-734): the record with the largest timestamp.
+_MAX_TIMESTAMP = -3
 #: DescribeTopicPartitions' page size when the request names none (Kafka's default limit).
 _PARTITION_PAGE = 2000
 
@@ -377,8 +379,9 @@ class Handlers:
 
     def _list_offsets(self, wanted: Sequence[Any], committed: bool) -> dict[tuple[str, int], tuple[int, int, int]]:
         """(error code, offset, timestamp ms) per partition: -2 (and -4, the local log start) the
-        log start, -1 the end (the last stable offset for read_committed), -5 (the last tiered
-        offset) -1 as nothing is tiered, a time the first offset at or after it."""
+        log start, -1 the end (the last stable offset for read_committed), -3 the record with the
+        largest timestamp, -5 (the last tiered offset) -1 as nothing is tiered, a time the first
+        offset at or after it."""
         out: dict[tuple[str, int], tuple[int, int, int]] = {}
         with self._db.connect() as conn:
             for t in wanted:
@@ -398,14 +401,20 @@ class Handlers:
                         out[key] = (NONE, b.last_stable_offset if committed else b.high_watermark, -1)
                     elif ts == _LATEST_TIERED:
                         out[key] = (NONE, -1, -1)  # nothing is tiered: Kafka's answer without remote storage
-                    elif ts < 0:
-                        out[key] = (INVALID_REQUEST, -1, -1)  # -3 (the largest timestamp): not served
+                    elif ts < 0 and ts != _MAX_TIMESTAMP:
+                        out[key] = (INVALID_REQUEST, -1, -1)
                     else:
-                        at = datetime.fromtimestamp(ts / 1000, UTC)
                         try:
-                            (found,) = log.list_offsets_for_times(
-                                conn, requests=[(t.name, p.partition_index, at)], read_committed=committed
-                            )
+                            if ts == _MAX_TIMESTAMP:
+                                (found,) = log.list_offsets_max_timestamp(
+                                    conn, partitions=[(t.name, p.partition_index)], read_committed=committed
+                                )
+                            else:
+                                (found,) = log.list_offsets_for_times(
+                                    conn,
+                                    requests=[(t.name, p.partition_index, datetime.fromtimestamp(ts / 1000, UTC))],
+                                    read_committed=committed,
+                                )
                         except errors.OncelogError as exc:
                             out[key] = (error_code(exc), -1, -1)
                             continue

@@ -41,6 +41,7 @@ TOPIC = "ledger"
 #: confluent_kafka.admin: it re-exports its classes without an __all__, which mypy does not count
 #: as exported, so they are reached through the module.
 CK: Any = importlib.import_module("confluent_kafka.admin")
+CKAFKA: Any = importlib.import_module("confluent_kafka")
 
 
 @pytest.fixture
@@ -381,3 +382,34 @@ def test_records_and_groups_are_deleted_through_the_admin_clients(
     assert outcome == {"leaving": "OK", "never-was": "GroupIdNotFoundError"}
     with oncelog.Admin(db_url) as admin:
         assert "leaving" not in [g.group_id for g in admin.list_groups()]
+
+
+@pytest.mark.timeout(120)
+def test_list_offsets_answers_every_offset_spec_of_confluent_kafkas_admin(db_url: str, broker: str) -> None:
+    """AdminClient.list_offsets with earliest, latest, a time and the largest timestamp
+    (KIP-734's -3), each for both isolation levels; an aborted record counts for
+    read_uncommitted only."""
+    base = 1_767_225_600_000  # 2026-01-01 in milliseconds
+    with oncelog.Producer(db_url, linger_ms=0) as producer:
+        for i, minutes in enumerate((0, 20, 5, 20, 10)):
+            producer.send(TOPIC, b"r%d" % i, partition=0, timestamp=base + minutes * 60_000)
+        producer.flush()
+    with oncelog.Producer(db_url, transactional_id="ck-aborted") as aborted:
+        aborted.init_transactions()
+        aborted.begin_transaction()
+        aborted.send(TOPIC, b"aborted", partition=0, timestamp=base + 30 * 60_000).get(timeout=30)
+        aborted.abort_transaction()
+    ck_admin = AdminClient({"bootstrap.servers": broker})
+    tp = CKAFKA.TopicPartition(TOPIC, 0)
+
+    def listed(spec: Any, level: Any) -> tuple[int, int]:
+        future = ck_admin.list_offsets({tp: spec}, isolation_level=level)[tp]
+        info = future.result(timeout=30)
+        return info.offset, info.timestamp
+
+    committed, uncommitted = CKAFKA.IsolationLevel.READ_COMMITTED, CKAFKA.IsolationLevel.READ_UNCOMMITTED
+    assert listed(CK.OffsetSpec.max_timestamp(), committed) == (1, base + 20 * 60_000)  # the first of equals
+    assert listed(CK.OffsetSpec.max_timestamp(), uncommitted) == (5, base + 30 * 60_000)  # the aborted record
+    assert listed(CK.OffsetSpec.earliest(), committed)[0] == 0
+    assert listed(CK.OffsetSpec.latest(), committed)[0] == 7  # past the abort marker
+    assert listed(CK.OffsetSpec.for_timestamp(base + 6 * 60_000), committed) == (1, base + 20 * 60_000)

@@ -208,6 +208,7 @@ def test_a_client_allowed_topic_a_is_refused_topic_b_and_nothing_is_written(
             "SELECT * FROM fetch_v3('{b}', '{0}', '{0}', 10, true)",
             "SELECT * FROM list_offsets_v1('b')",
             "SELECT * FROM list_offsets_for_times_v1('{b}', '{0}', ARRAY[now()], true)",
+            "SELECT * FROM list_offsets_max_timestamp_v1('{b}', '{0}', true)",
             "SELECT * FROM produce_v2('b', 0, NULL, NULL, NULL, ARRAY[NULL::bytea], ARRAY['x'::bytea])",
         ):
             with pytest.raises(errors.TopicAuthorizationError) as info:
@@ -224,6 +225,8 @@ def test_a_client_allowed_topic_a_is_refused_topic_b_and_nothing_is_written(
             conn, requests=[("a", 0, datetime(2000, 1, 1, tzinfo=UTC))], read_committed=True
         )
         assert [f[0] if f else None for f in found] == [0]
+        newest = log.list_offsets_max_timestamp(conn, partitions=[("a", 0)], read_committed=True)
+        assert [f[0] if f else None for f in newest] == [0]
     with Consumer(client, isolation_level="read_committed") as consumer:
         consumer.assign([TopicPartition("a", 0)])
         consumer.seek(TopicPartition("a", 0), 0)

@@ -285,6 +285,8 @@ def entry_points(
         "Admin.list_offsets": admin.list_offsets,
         "Admin.offsets_for_times(topic)": lambda v: admin.offsets_for_times(v, datetime.now(UTC)),
         "Admin.offsets_for_times(timestamp)": lambda v: admin.offsets_for_times("t", v),
+        "Admin.max_timestamp_offsets(topic)": admin.max_timestamp_offsets,
+        "Admin.max_timestamp_offsets(isolation_level)": lambda v: admin.max_timestamp_offsets("t", isolation_level=v),
         "Admin.describe_producers(topic)": admin.describe_producers,
         "Admin.describe_producers(partition)": lambda v: admin.describe_producers("t", v),
         "Admin.describe_group": admin.describe_group,

@@ -500,6 +500,44 @@ def test_offsets_for_times_as_kafka_answers_them(db_url: str, admin: Admin) -> N
     assert admin.offsets_for_times("timed", base + timedelta(hours=1)) == {tp0: 4, tp1: 4}
 
 
+def test_max_timestamp_offsets_as_kafka_answers_them(db_url: str, admin: Admin) -> None:
+    """The record with the largest timestamp, per partition (Kafka's OffsetSpec.maxTimestamp()):
+    the first of equals; an aborted record counts for read_uncommitted only, an open
+    transaction's neither for read_committed; None for an empty partition."""
+    admin.create_topic("newest", partitions=3)
+    tp0, tp1, tp2 = (TopicPartition("newest", p) for p in range(3))
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    with Producer(db_url, linger_ms=0) as producer:
+        for i, minutes in enumerate((0, 20, 5, 20, 10)):  # the largest twice: offsets 1 and 3
+            producer.send("newest", f"r{i}".encode(), partition=0, timestamp=base + timedelta(minutes=minutes))
+        producer.send("newest", b"kept", partition=1, timestamp=base)
+        producer.flush()
+    with Producer(db_url, transactional_id="newest-aborted") as aborted:
+        aborted.init_transactions()
+        aborted.begin_transaction()
+        aborted.send("newest", b"aborted", partition=1, timestamp=base + timedelta(minutes=30)).get(timeout=30)
+        aborted.abort_transaction()
+    with Producer(db_url, transactional_id="newest-open") as still_open:
+        still_open.init_transactions()
+        still_open.begin_transaction()
+        still_open.send("newest", b"open", partition=0, timestamp=base + timedelta(minutes=40)).get(timeout=30)
+        assert admin.max_timestamp_offsets("newest", isolation_level="read_committed") == {
+            tp0: oncelog.OffsetAndTimestamp(1, base + timedelta(minutes=20)),
+            tp1: oncelog.OffsetAndTimestamp(0, base),
+            tp2: None,
+        }
+        assert admin.max_timestamp_offsets("newest") == {
+            tp0: oncelog.OffsetAndTimestamp(5, base + timedelta(minutes=40)),
+            tp1: oncelog.OffsetAndTimestamp(1, base + timedelta(minutes=30)),
+            tp2: None,
+        }
+        still_open.abort_transaction()
+    with pytest.raises(errors.InvalidRequestError, match="isolation_level"):
+        admin.max_timestamp_offsets("newest", isolation_level="serializable")
+    with pytest.raises(errors.UnknownTopicOrPartitionError):
+        admin.max_timestamp_offsets("no-such-topic")
+
+
 def test_asynchronous_commits_complete_in_order_with_their_callbacks(db_url: str, admin: Admin) -> None:
     """commit(asynchronous=True) and commit_async(): a Future at once, the callback with the
     offsets and the outcome, commits applied in the order asked, a failure handed over (not
