@@ -202,6 +202,7 @@ class Consumer(Client):
         # Since when poll() has found the database unreachable (None while it answers).
         self._unreachable_since: float | None = None
         self._unreachable_backoff = 0.0
+        self._retry_at = 0.0  # time.monotonic() before which poll does not try the database again
         self._min_backoff = fetch_min_backoff_ms / 1000
         self._max_backoff = fetch_max_backoff_ms / 1000
         self._key_de = resolve_deserializer(key_deserializer)
@@ -525,6 +526,8 @@ class Consumer(Client):
         backoff = self._min_backoff
         last_fetch = 0.0
         while True:
+            if not self._retry_due(deadline):
+                return []
             try:
                 last_fetch = time.monotonic()
                 records = self._poll_once(deadline)
@@ -532,9 +535,7 @@ class Consumer(Client):
                 # A failover, a restart or a lost network: like Kafka's consumer with a broker
                 # gone, poll keeps trying (and returns nothing by its timeout); only a database
                 # unreachable for default_api_timeout_ms reaches the caller.
-                remaining = self._unreachable(exc, deadline)
-                if remaining <= 0:
-                    return []
+                self._unreachable(exc)
                 continue
             self._unreachable_since = None
             if self._coordinator is not None and not self._coordinator.session_alive():
@@ -575,22 +576,31 @@ class Consumer(Client):
             self._initial_positions(awaiting, wait=False)
         return self._fetch_once(deadline)
 
-    def _unreachable(self, error: errors.DatabaseUnavailableError, deadline: float) -> float:
+    def _unreachable(self, error: errors.DatabaseUnavailableError) -> None:
         """After poll found the database unreachable: re-raises once it has been so for
-        default_api_timeout_ms, else waits a retry backoff (within poll's ``deadline``) and
-        returns the seconds poll has left."""
+        default_api_timeout_ms, else sets when poll may try again (the retry backoff, doubling)."""
         now = time.monotonic()
         if self._unreachable_since is None:
             self._unreachable_since = now
             self._unreachable_backoff = self._retry_backoff[0]
         elif now - self._unreachable_since >= self._api_timeout:
             self._unreachable_since = None
+            self._retry_at = 0.0
             raise error
-        pause = min(self._unreachable_backoff, deadline - now)
-        if pause > 0:
-            runtime.sleep(pause)
+        self._retry_at = now + self._unreachable_backoff
         self._unreachable_backoff = min(self._unreachable_backoff * 2, self._retry_backoff[1])
-        return deadline - time.monotonic()
+
+    def _retry_due(self, deadline: float) -> bool:
+        """Whether poll may ask the database now. After it was found unreachable, not before the
+        retry backoff has passed: waited for if poll's ``deadline`` allows, else poll returns
+        (a caller polling with timeout 0 in a loop must not turn into a stream of connection
+        attempts)."""
+        now = time.monotonic()
+        wait = self._retry_at - now
+        if wait <= 0:
+            return True
+        runtime.sleep(max(min(wait, deadline - now), 0.0))
+        return wait <= deadline - now
 
     def _retrying(self, request: Callable[[], _T]) -> _T:
         """``request()``, tried again with a retry backoff while the database is unreachable, for up
