@@ -35,7 +35,7 @@ from oncelog import errors, validate
 from oncelog.client import Client
 from oncelog.errors import ConfigurationError, UnknownTopicOrPartitionError
 from oncelog.fetcher import Fetcher
-from oncelog.membership import ConsumerCoordinator, DatabaseGroupStore, RebalanceCallback
+from oncelog.membership import FROM_CALLBACK, ConsumerCoordinator, DatabaseGroupStore, RebalanceCallback
 from oncelog.metrics import WindowedRate
 from oncelog.positions import RESETS, NoOffsetForPartitionError, SubscriptionState
 from oncelog.serde import Deserializer, deserialize_bytes, resolve_deserializer
@@ -203,6 +203,7 @@ class Consumer(Client):
         self._unreachable_since: float | None = None
         self._unreachable_backoff = 0.0
         self._retry_at = 0.0  # time.monotonic() before which poll does not try the database again
+        self._unreachable_last = 0.0  # when poll last found it unreachable
         self._min_backoff = fetch_min_backoff_ms / 1000
         self._max_backoff = fetch_max_backoff_ms / 1000
         self._key_de = resolve_deserializer(key_deserializer)
@@ -531,36 +532,40 @@ class Consumer(Client):
             try:
                 last_fetch = time.monotonic()
                 records = self._poll_once(deadline)
+                self._unreachable_since = None
+                if self._coordinator is not None and not self._coordinator.session_alive():
+                    # The session ran out around this fetch (a stalled process): its partitions
+                    # may have new owners. Drop the records; the next round loses the partitions.
+                    continue
+                remaining = deadline - time.monotonic()
+                if records or remaining <= 0:
+                    return records
+                registration = self._waiting(remaining) if self._listen else None
+                if registration is False:
+                    # Registered just now: fetch once more before waiting. A write committed
+                    # before the registration is in that fetch; every later one wakes this reader.
+                    continue
+                if registration is not None:
+                    woken = self._fetcher.await_wakeup(registration, min(backoff, remaining))
+                    # At most one fetch per 5 ms (fetch_min_backoff_ms if shorter) however often
+                    # it is woken: a polling reader looks no more often by default, the producers
+                    # of a busy partition would otherwise buy a fetch with every commit, and
+                    # anyone may NOTIFY (a flood must not become a fetch loop).
+                    idle = min(self._min_backoff, _WAKE_SPACING_S) - (time.monotonic() - last_fetch)
+                    if woken and idle > 0:
+                        runtime.sleep(min(idle, max(deadline - time.monotonic(), 0.0)))
+                else:
+                    runtime.sleep(min(backoff, remaining))
             except errors.DatabaseUnavailableError as exc:
-                # A failover, a restart or a lost network: like Kafka's consumer with a broker
-                # gone, poll keeps trying (and returns nothing by its timeout); only a database
-                # unreachable for default_api_timeout_ms reaches the caller.
+                # A failover, a restart or a lost network, met by a fetch or by the wait for the
+                # next write: like Kafka's consumer with a broker gone, poll keeps trying (and
+                # returns nothing by its timeout); only a database unreachable for
+                # default_api_timeout_ms reaches the caller. An application's rebalance callback
+                # that failed so is the application's error, passed on.
+                if getattr(exc, FROM_CALLBACK, False):
+                    raise
                 self._unreachable(exc)
                 continue
-            self._unreachable_since = None
-            if self._coordinator is not None and not self._coordinator.session_alive():
-                # The session ran out around this fetch (a stalled process): its partitions
-                # may have new owners. Drop the records; the next round loses the partitions.
-                continue
-            remaining = deadline - time.monotonic()
-            if records or remaining <= 0:
-                return records
-            registration = self._waiting(remaining) if self._listen else None
-            if registration is False:
-                # Registered just now: fetch once more before waiting. A write committed before
-                # the registration is in that fetch; every later one wakes this reader.
-                continue
-            if registration is not None:
-                woken = self._fetcher.await_wakeup(registration, min(backoff, remaining))
-                # At most one fetch per 5 ms (fetch_min_backoff_ms if shorter) however often it
-                # is woken: a polling reader looks no more often by default, the producers of a
-                # busy partition would otherwise buy a fetch with every commit, and anyone may
-                # NOTIFY (a flood must not become a fetch loop).
-                idle = min(self._min_backoff, _WAKE_SPACING_S) - (time.monotonic() - last_fetch)
-                if woken and idle > 0:
-                    runtime.sleep(min(idle, max(deadline - time.monotonic(), 0.0)))
-            else:
-                runtime.sleep(min(backoff, remaining))
             backoff = min(backoff * 2, self._max_backoff)
 
     def _poll_once(self, deadline: float) -> list[ConsumerRecord]:
@@ -580,10 +585,12 @@ class Consumer(Client):
         """After poll found the database unreachable: re-raises once it has been so for
         default_api_timeout_ms, else sets when poll may try again (the retry backoff, doubling)."""
         now = time.monotonic()
-        if self._unreachable_since is None:
+        if self._unreachable_since is None or now - self._unreachable_last > self._api_timeout:
+            # A first failure, or the first after a long pause in polling: the count starts here.
             self._unreachable_since = now
             self._unreachable_backoff = self._retry_backoff[0]
-        elif now - self._unreachable_since >= self._api_timeout:
+        self._unreachable_last = now
+        if now - self._unreachable_since >= self._api_timeout:
             self._unreachable_since = None
             self._retry_at = 0.0
             raise error

@@ -38,11 +38,32 @@ from oncelog.store import groups, runtime
 from oncelog.store.groups import Membership
 from oncelog.types import TopicPartition
 
-__all__ = ["ConsumerCoordinator", "DatabaseGroupStore", "GroupStore", "Membership", "RebalanceCallback"]
+__all__ = [
+    "FROM_CALLBACK",
+    "ConsumerCoordinator",
+    "DatabaseGroupStore",
+    "GroupStore",
+    "Membership",
+    "RebalanceCallback",
+]
 
 logger = logging.getLogger(__name__)
 
 RebalanceCallback = Callable[[set[TopicPartition]], None]
+
+#: An attribute set (True) on a DatabaseUnavailableError raised by an application's rebalance
+#: callback: Consumer.poll passes it on to the caller rather than take it for the loss of its own
+#: connection, which it would wait out (the callback is not called again).
+FROM_CALLBACK = "_oncelog_from_callback"
+
+
+def _call_back(callback: RebalanceCallback, partitions: set[TopicPartition]) -> None:
+    try:
+        callback(partitions)
+    except errors.DatabaseUnavailableError as exc:
+        setattr(exc, FROM_CALLBACK, True)
+        raise
+
 
 #: While reconciling, a member heartbeats this much more often than its heartbeat interval.
 _RECONCILE_SPEEDUP = 10
@@ -299,10 +320,21 @@ class ConsumerCoordinator:
         self._pattern = pattern
         self._topics = self._match() if pattern is not None else sorted(topics)
         self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
-        self._join()
-        if self._thread is None and self._heartbeat_thread:
-            self._thread = threading.Thread(target=self._heartbeat_loop, name="oncelog-consumer-heartbeat", daemon=True)
-            self._thread.start()
+        with self._lock:
+            self._rejoin = True  # until a join succeeds: the next poll tries again
+        try:
+            self._join()
+        except errors.DatabaseUnavailableError as exc:
+            if getattr(exc, FROM_CALLBACK, False):
+                raise
+            # As Kafka's subscribe, which only records the subscription: the first poll joins.
+            logger.warning("joining group %s failed (database unreachable): poll() joins", self.group_id, exc_info=True)
+        finally:
+            if self._thread is None and self._heartbeat_thread:
+                self._thread = threading.Thread(
+                    target=self._heartbeat_loop, name="oncelog-consumer-heartbeat", daemon=True
+                )
+                self._thread.start()
 
     def unsubscribe(self) -> None:
         """Leave the group and forget the subscription (the caller drops the assignment)."""
@@ -332,16 +364,17 @@ class ConsumerCoordinator:
             rejoin = True
         if fatal is not None:
             raise fatal
+        if expired or rejoin:
+            with self._lock:
+                # Kept until a join succeeds: one that fails (the database unreachable), or an
+                # on_lost that raises, leaves it for the next poll to try again.
+                self._rejoin = True
         if expired:
             # The store may have handed our partitions to others by now: stop before fetching.
             logger.warning("no answer from group %s for session_timeout_ms: partitions lost", self.group_id)
             self._lose()
             rejoin = True
         if rejoin:
-            with self._lock:
-                # Kept until the join succeeds: one that fails (the database unreachable) is
-                # tried again at the next poll, not forgotten with the subscription's news.
-                self._rejoin = True
             self._join()
             return
         with self._lock:
@@ -432,7 +465,7 @@ class ConsumerCoordinator:
         callback = self._on_lost if self._on_lost is not None else self._on_revoke
         try:
             if lost and callback is not None:
-                callback(lost)
+                _call_back(callback, lost)
         finally:
             self._subscriptions.assign([])
             with self._lock:
@@ -454,7 +487,7 @@ class ConsumerCoordinator:
             if revoked:
                 self._before_revoke(revoked)
                 if self._on_revoke is not None:
-                    self._on_revoke(revoked)
+                    _call_back(self._on_revoke, revoked)
             self._subscriptions.assign(sorted(new))
             with self._lock:
                 self._member = membership
@@ -466,7 +499,7 @@ class ConsumerCoordinator:
                 # awaiting a position, which the next poll fetches; on_assign is still owed.
                 logger.debug("positions of the assigned partitions are fetched at the next poll", exc_info=True)
             if added and self._on_assign is not None:
-                self._on_assign(added)
+                _call_back(self._on_assign, added)
             if membership.reconciling:
                 self._wake.set()
             return bool(revoked)

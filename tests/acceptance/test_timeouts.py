@@ -178,6 +178,44 @@ def test_a_consumer_carries_on_through_an_outage_shorter_than_default_api_timeou
 
 
 @pytest.mark.timeout(120)
+def test_a_consumer_waiting_for_writes_rides_out_the_loss_of_its_connections(db_url: str) -> None:
+    """The usual failover: the consumer is idle, waiting (LISTEN) for a write, when every
+    connection dies and new ones are refused; its poll returns nothing by its timeout, and once
+    the database is back it reads the next write."""
+    with oncelog.Admin(db_url) as admin:
+        admin.create_topic("t", partitions=1)
+    host, port = host_port(db_url)
+    tp = TopicPartition("t", 0)
+    with FaultProxy(host, port) as proxy:
+        consumer = oncelog.Consumer(proxy.url_for(sslmode_disable(db_url)), isolation_level="read_uncommitted")
+        try:
+            consumer.assign([tp])
+            assert consumer.poll(timeout=0.5) == []  # registered and listening
+            refused = proxy.stats.connections_refused
+
+            def outage() -> None:
+                proxy.block_new_connections(True)
+                proxy.cut_all()
+
+            threading.Timer(0.5, outage).start()
+            assert consumer.poll(timeout=3) == []  # waiting when the connections died
+            assert proxy.stats.connections_refused > refused
+            proxy.block_new_connections(False)
+            with oncelog.Producer(db_url, linger_ms=0) as producer:
+                producer.send("t", b"after", partition=0).result(30)
+            got: list[bytes | None] = []
+
+            def read_after() -> bool:
+                got.extend(r.value for r in consumer.poll(timeout=1))
+                return got == [b"after"]
+
+            wait_until(read_after, 60, "the consumer to read after the outage")
+        finally:
+            proxy.block_new_connections(False)
+            consumer.close()
+
+
+@pytest.mark.timeout(120)
 def test_a_consumer_raises_once_the_database_stays_unreachable_for_default_api_timeout_ms(db_url: str) -> None:
     with oncelog.Admin(db_url) as admin:
         admin.create_topic("t", partitions=1)

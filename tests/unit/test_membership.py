@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from oncelog import errors
-from oncelog.membership import ConsumerCoordinator, GroupStore
+from oncelog.membership import FROM_CALLBACK, ConsumerCoordinator, GroupStore
 from oncelog.positions import SubscriptionState
 from oncelog.store.groups import Membership
 from oncelog.types import TopicPartition
@@ -231,6 +231,52 @@ def test_no_answer_for_the_session_timeout_loses_the_partitions_before_a_fetch()
     assert h.events == [("lost", {A0, A1}), ("assign", {A0, A1})]
     joins = [(args["member_id"], args["owned"]) for op, args in h.store.calls if op == "join_group"]
     assert joins == [(None, []), ("member-1", [])]
+
+
+def test_a_member_rejoins_after_its_on_lost_raised_or_its_rejoin_failed(h: Harness) -> None:
+    """The session ran out while the database was unreachable: the application's on_lost may
+    raise (its commit failed), and the first rejoin may fail too. Neither may leave the consumer
+    without a membership: each later poll tries again until a join succeeds."""
+    failures = iter([RuntimeError("the application's on_lost failed")])
+
+    def on_lost(tps: set[TopicPartition]) -> None:
+        raise next(failures)
+
+    h.coordinator.subscribe(["a"], on_lost=on_lost)
+    assert h.store.count("join_group") == 1
+    h.now += 46
+    with pytest.raises(RuntimeError, match="on_lost failed"):
+        h.coordinator.poll()
+    assert h.coordinator.member is None and not h.positions.partitions
+    h.store.fail("join_group", errors.DatabaseUnavailableError("still down"))
+    with pytest.raises(errors.DatabaseUnavailableError):
+        h.coordinator.poll()
+    assert h.coordinator.member is None
+    h.coordinator.poll()
+    member = h.coordinator.member
+    assert member is not None and h.store.count("join_group") == 3
+    assert set(h.positions.partitions) == {A0, A1}
+
+
+def test_subscribe_with_the_database_unreachable_leaves_the_join_to_poll(h: Harness) -> None:
+    """As Kafka's subscribe, which only records the subscription."""
+    h.store.fail("join_group", errors.DatabaseUnavailableError("down"))
+    h.subscribe()
+    assert h.coordinator.member is None and h.events == []
+    h.coordinator.poll()
+    assert h.coordinator.member is not None and h.events == [("assign", {A0, A1})]
+
+
+def test_a_database_error_raised_by_a_rebalance_callback_is_marked_as_the_callbacks(h: Harness) -> None:
+    """Consumer.poll waits out its own connection's loss but passes the callback's on."""
+    failed = errors.DatabaseUnavailableError("the application's own query failed")
+
+    def on_assign(tps: set[TopicPartition]) -> None:
+        raise failed
+
+    with pytest.raises(errors.DatabaseUnavailableError) as caught:
+        h.coordinator.subscribe(["a"], on_assign=on_assign)
+    assert caught.value is failed and getattr(failed, FROM_CALLBACK) is True
 
 
 def test_on_revoke_stands_in_for_a_missing_on_lost(h: Harness) -> None:
