@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 
 from oncelog import errors, validate
 from oncelog.client import Client
-from oncelog.store import acl, log, ops, outbox, topics, txn
+from oncelog.store import acl, groups, log, ops, outbox, topics, txn
 from oncelog.store.errors import mapped_errors
 from oncelog.store.outbox import Capture
 from oncelog.store.records import PartitionOffsets
@@ -25,6 +25,14 @@ from oncelog.types import (
     TopicPartition,
     TopicSummary,
 )
+
+
+def _ids(values: Iterable[str]) -> list[str]:
+    """Member or instance ids as a list (a lone str is refused: it would be taken letter by letter)."""
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise errors.InvalidRequestError(f"expected an iterable of ids, not {values!r}")
+    return list(values)
+
 
 #: Kafka's kafka-transactions.sh find-hanging default: open longer than 15 minutes.
 HANGING_AFTER = timedelta(minutes=15)
@@ -260,6 +268,53 @@ class Admin(Client):
         validate.text("group_id", group_id, error=errors.InvalidGroupIdError)
         with self._request() as conn:
             ops.delete_group(conn, group_id=group_id)
+
+    def delete_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, errors.OncelogError | None]:
+        """Delete a consumer group's committed offsets of ``partitions``, as Kafka's
+        ``deleteConsumerGroupOffsets`` (OffsetDelete): per partition None once its offset is gone
+        (or if it had none), else why it stays: GroupSubscribedToTopicError while a live member
+        subscribes to its topic, UnknownTopicOrPartitionError. The group's consumers then start
+        those partitions by their ``auto_offset_reset``. GroupIdNotFoundError when there is no
+        such group."""
+        validate.text("group_id", group_id, error=errors.InvalidGroupIdError)
+        wanted = validate.topic_partitions(partitions)
+        with self._request() as conn:
+            found = ops.offset_delete(conn, group_id=group_id, partitions=wanted)
+        reasons: dict[str | None, Callable[[TopicPartition], errors.OncelogError | None]] = {
+            None: lambda tp: None,
+            "group_subscribed_to_topic": lambda tp: errors.GroupSubscribedToTopicError(
+                f"group {group_id!r} has a live member subscribed to topic {tp.topic!r}: the offset of {tp} stays"
+            ),
+            "unknown_topic_or_partition": lambda tp: errors.UnknownTopicOrPartitionError(
+                f"unknown topic or partition {tp}"
+            ),
+        }
+        return {tp: reasons[found[(tp.topic, tp.partition)]](tp) for tp in wanted}
+
+    def remove_group_members(
+        self, group_id: str, *, instance_ids: Iterable[str] = (), member_ids: Iterable[str] = ()
+    ) -> dict[str, errors.OncelogError | None]:
+        """Remove members from a consumer group, as Kafka's ``removeMembersFromConsumerGroup``
+        (LeaveGroup v3): static members by group instance id, others by member id; the rest of
+        the group is rebalanced once, and the removed members' partitions move at once instead
+        of after their session timeout. Per id given: None once removed, else
+        UnknownMemberIdError. GroupIdNotFoundError when there is no such group."""
+        validate.text("group_id", group_id, error=errors.InvalidGroupIdError)
+        instances = [validate.text("instance_ids", i, error=errors.InvalidRequestError) for i in _ids(instance_ids)]
+        members = [validate.text("member_ids", m, error=errors.InvalidRequestError) for m in _ids(member_ids)]
+        wanted: list[tuple[str | None, str | None]] = [(None, i) for i in instances] + [(m, None) for m in members]
+        if not wanted:
+            raise errors.InvalidRequestError("name at least one member to remove (instance_ids or member_ids)")
+        with self._request() as conn:
+            left = groups.leave_group_members(conn, group_id=group_id, members=wanted)
+        return {
+            given: None
+            if error is None
+            else errors.UnknownMemberIdError(f"group {group_id!r} has no member {given!r} that may be removed")
+            for given, (_, _, error) in zip(instances + members, left, strict=True)
+        }
 
     def reset_group_offsets(
         self, group_id: str, offsets: Mapping[TopicPartition, int], *, dry_run: bool = True

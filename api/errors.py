@@ -378,6 +378,13 @@ class NonEmptyGroupError(OncelogError):
     sqlstate = "OL410"
 
 
+class GroupSubscribedToTopicError(OncelogError):
+    """A live member of the group subscribes to the partition's topic: its committed offset stays
+    (Admin.delete_group_offsets; stop the consumers, or unsubscribe them from the topic, first)."""
+
+    kafka_name = "GROUP_SUBSCRIBED_TO_TOPIC"
+
+
 # --- access control (ACLs, docs/acl.md) ----------------------------------------------------------
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,6 +130,24 @@ def await_change(conn: sa.Connection, channel: str, digest: str, timeout: float)
 def leave_group(conn: sa.Connection, *, group_id: str, member_id: str) -> None:
     """LeaveGroup: the rest of the group is rebalanced at once."""
     _call(conn, "SELECT leave_group_v1(%(g)s, %(m)s)", {"g": group_id, "m": member_id})
+
+
+def leave_group_members(
+    conn: sa.Connection, *, group_id: str, members: Sequence[tuple[str | None, str | None]]
+) -> list[tuple[str | None, str | None, str | None]]:
+    """LeaveGroup v3 and later (KIP-345): remove each (member id, group instance id) named, by its
+    instance id when given (a member id beside it must match); the rest of the group is
+    rebalanced once. Per member, in order: (member id, instance id, error), the error None when
+    it was removed, else ``unknown_member_id`` (none such, or one the caller may not remove: only
+    its joining principal, the owner or the admin role may) or ``fenced_instance_id``.
+    GroupIdNotFoundError for an unknown group."""
+    rows = _call(
+        conn,
+        "SELECT member_id, group_instance_id, error FROM leave_group_members_v1(%(g)s, %(m)s::text[], "
+        "%(i)s::text[]) ORDER BY idx",
+        {"g": group_id, "m": [m for m, _ in members], "i": [i for _, i in members]},
+    ).all()
+    return [(r.member_id, r.group_instance_id, r.error) for r in rows]
 
 
 def _unzip(offsets: Mapping[tuple[str, int], tuple[int, str]]) -> dict[str, list[Any]]:

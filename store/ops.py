@@ -9,7 +9,7 @@ The writes: :func:`reset_group_offsets` calls ``reset_group_offsets_v1`` (migrat
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -214,6 +214,21 @@ def delete_group(conn: sa.Connection, *, group_id: str) -> None:
     """DeleteGroups: the group and its committed offsets. NonEmptyGroupError while it has live
     members or an open transaction holds offsets for it; GroupIdNotFoundError when unknown."""
     _driver(conn, "SELECT delete_group_v1(%(g)s)", {"g": group_id})
+
+
+def offset_delete(
+    conn: sa.Connection, *, group_id: str, partitions: Sequence[tuple[str, int]]
+) -> dict[tuple[str, int], str | None]:
+    """OffsetDelete: remove the group's committed offsets of ``partitions``, except those of topics
+    a live member subscribes to. Per partition, None (its offset is gone, or there was none) or
+    the reason it stays: ``group_subscribed_to_topic`` or ``unknown_topic_or_partition``.
+    GroupIdNotFoundError when there is no such group."""
+    rows = _driver(
+        conn,
+        "SELECT topic, partition, error FROM offset_delete_v1(%(g)s, %(t)s::text[], %(p)s::integer[])",
+        {"g": group_id, "t": [t for t, _ in partitions], "p": [p for _, p in partitions]},
+    ).all()
+    return {(r.topic, int(r.partition)): r.error for r in rows}
 
 
 def reset_group_offsets(

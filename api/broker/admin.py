@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from oncelog import errors
-from oncelog.broker.common import NONE, Database, Node, admin_error_code
+from oncelog.broker.common import ERROR_CODES, NONE, UNKNOWN_TOPIC_OR_PARTITION, Database, Node, admin_error_code
 from oncelog.store import ops, topics
 
 __all__ = ["KAFKA_TOPIC_CONFIGS", "AdminHandlers"]
@@ -225,6 +225,39 @@ class AdminHandlers:
                 code = admin_error_code(exc)
             results.append(response_class.DeletableGroupResult(group_id=group_id, error_code=code))
         return response_class(version=request.version, throttle_time_ms=0, results=results)
+
+    async def offset_delete(self, request: Any, response_class: Any) -> Any:
+        wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+        try:
+            found = await self._run(self._db.call, ops.offset_delete, group_id=request.group_id, partitions=wanted)
+        except errors.OncelogError as exc:  # the group: unknown, an invalid id, not authorized
+            return response_class(
+                version=request.version, error_code=admin_error_code(exc), throttle_time_ms=0, topics=[]
+            )
+        codes = {
+            None: NONE,
+            "group_subscribed_to_topic": ERROR_CODES[errors.GroupSubscribedToTopicError],
+            "unknown_topic_or_partition": UNKNOWN_TOPIC_OR_PARTITION,
+        }
+        topic_class = response_class.OffsetDeleteResponseTopic
+        partition_class = topic_class.OffsetDeleteResponsePartition
+        return response_class(
+            version=request.version,
+            error_code=NONE,
+            throttle_time_ms=0,
+            topics=[
+                topic_class(
+                    name=t.name,
+                    partitions=[
+                        partition_class(
+                            partition_index=p.partition_index, error_code=codes[found[(t.name, p.partition_index)]]
+                        )
+                        for p in t.partitions
+                    ],
+                )
+                for t in request.topics
+            ],
+        )
 
     async def alter_configs(self, request: Any, response_class: Any) -> Any:
         # AlterConfigs replaces a topic's whole configuration: what it does not name returns to

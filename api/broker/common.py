@@ -42,7 +42,7 @@ API_RANGES: dict[int, tuple[int, int]] = {
     10: (0, 3),  # FindCoordinator
     11: (0, 5),  # JoinGroup
     12: (0, 3),  # Heartbeat
-    13: (0, 1),  # LeaveGroup
+    13: (0, 5),  # LeaveGroup (3: members by id or group instance id, in a batch)
     14: (0, 3),  # SyncGroup
     15: (0, 5),  # DescribeGroups
     16: (0, 4),  # ListGroups (5: group types, KIP-848)
@@ -66,6 +66,7 @@ API_RANGES: dict[int, tuple[int, int]] = {
     36: (0, 2),  # SaslAuthenticate
     37: (0, 3),  # CreatePartitions
     42: (0, 2),  # DeleteGroups
+    47: (0, 0),  # OffsetDelete
     43: (0, 2),  # ElectLeaders
     44: (0, 1),  # IncrementalAlterConfigs
     45: (0, 0),  # AlterPartitionReassignments (1: replication factor changes)
@@ -103,6 +104,7 @@ ERROR_CODES: dict[type[errors.OncelogError], int] = {
     errors.RebalanceInProgressError: 27,
     errors.GroupAuthorizationError: 30,
     errors.NonEmptyGroupError: 68,
+    errors.GroupSubscribedToTopicError: 86,
     errors.GroupIdNotFoundError: 69,
     errors.FencedInstanceIdError: 82,
     errors.UnstableOffsetCommitError: 88,

@@ -29,7 +29,16 @@ from typing import Any
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 
 from oncelog import errors
-from oncelog.broker.common import CLIENT_ID, NONE, Database, Node, commit_answer, committed_offsets, error_code
+from oncelog.broker.common import (
+    CLIENT_ID,
+    ERROR_CODES,
+    NONE,
+    Database,
+    Node,
+    commit_answer,
+    committed_offsets,
+    error_code,
+)
 from oncelog.store import groups, topics
 
 __all__ = ["GroupHandlers", "encode_assignment"]
@@ -186,6 +195,8 @@ class GroupHandlers:
         return NONE, now
 
     async def leave_group(self, request: Any, response_class: Any) -> Any:
+        if request.version >= 3:
+            return await self._leave_members(request, response_class)
         with self._lock:
             self._given.pop((request.group_id, request.member_id), None)
         try:
@@ -193,6 +204,36 @@ class GroupHandlers:
         except errors.OncelogError as exc:
             return response_class(version=request.version, throttle_time_ms=0, error_code=error_code(exc))
         return response_class(version=request.version, throttle_time_ms=0, error_code=NONE)
+
+    async def _leave_members(self, request: Any, response_class: Any) -> Any:
+        """LeaveGroup v3 and later (KIP-345): members by member id or group instance id, in a batch
+        (a consumer leaving, or an admin's removeMembersFromConsumerGroup)."""
+        wanted = [(m.member_id or None, m.group_instance_id) for m in request.members]
+        member_class = response_class.MemberResponse
+        try:
+            if not wanted:
+                raise errors.InvalidRequestError("LeaveGroup names no member")
+            left = await self._run(self._db.call, groups.leave_group_members, group_id=request.group_id, members=wanted)
+        except errors.OncelogError as exc:
+            return response_class(version=request.version, throttle_time_ms=0, error_code=error_code(exc), members=[])
+        codes = {
+            None: NONE,
+            "unknown_member_id": UNKNOWN_MEMBER_ID,
+            "fenced_instance_id": ERROR_CODES[errors.FencedInstanceIdError],
+        }
+        with self._lock:
+            for member_id, _, error in left:
+                if error is None:
+                    self._given.pop((request.group_id, member_id), None)
+        return response_class(
+            version=request.version,
+            throttle_time_ms=0,
+            error_code=NONE,
+            members=[
+                member_class(member_id=m.member_id, group_instance_id=m.group_instance_id, error_code=codes[error])
+                for m, (_, _, error) in zip(request.members, left, strict=True)
+            ],
+        )
 
     # --- offsets ---------------------------------------------------------------------------------------
 

@@ -186,6 +186,7 @@ class Broker:
             44: a.incremental_alter_configs,
             45: r.alter_partition_reassignments,
             46: r.list_partition_reassignments,
+            47: a.offset_delete,
             61: d.describe_producers,
             65: d.describe_transactions,
             66: d.list_transactions,

@@ -28,6 +28,8 @@ REVOKE ALL ON FUNCTION group_standalone_commit_v1(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION offset_partitions_known_v1(text[], integer[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION delete_group_v1(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION delete_group_v1(text) TO oncelog_admin;
+REVOKE ALL ON FUNCTION offset_delete_v1(text, text[], integer[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION offset_delete_v1(text, text[], integer[]) TO oncelog_admin;
 REVOKE ALL ON FUNCTION delete_records_v1(text, integer[], bigint[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION delete_records_v1(text, integer[], bigint[]) TO oncelog_admin;
 REVOKE ALL ON FUNCTION delete_acls_v1(text, text, text, text, text) FROM PUBLIC;
@@ -84,6 +86,8 @@ REVOKE ALL ON FUNCTION join_group_v2(text, text, text, text, text[], integer, te
 GRANT EXECUTE ON FUNCTION join_group_v2(text, text, text, text, text[], integer, text, text[], integer[]) TO oncelog_client, oncelog_admin;
 REVOKE ALL ON FUNCTION leave_group_v1(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION leave_group_v1(text, text) TO oncelog_client, oncelog_admin;
+REVOKE ALL ON FUNCTION leave_group_members_v1(text, text[], text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION leave_group_members_v1(text, text[], text[]) TO oncelog_client, oncelog_admin;
 REVOKE ALL ON FUNCTION list_offsets_for_times_v1(text[], integer[], timestamp with time zone[], boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION list_offsets_for_times_v1(text[], integer[], timestamp with time zone[], boolean) TO oncelog_client, oncelog_admin;
 REVOKE ALL ON FUNCTION list_offsets_max_timestamp_v1(text[], integer[], boolean) FROM PUBLIC;

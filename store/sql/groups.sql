@@ -167,6 +167,64 @@ $fn$;
 COMMENT ON FUNCTION leave_group_v1(p_group_id text, p_member_id text) IS
   'LeaveGroup: removes the member (only the principal that joined may) and rebalances the rest.';
 
+CREATE OR REPLACE FUNCTION leave_group_members_v1(p_group_id text, p_member_ids text[], p_instance_ids text[])
+ RETURNS TABLE(idx integer, member_id text, group_instance_id text, error text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_n integer := coalesce(cardinality(p_member_ids), 0);
+    v_caller oid := acl_caller_v1();
+    v_any boolean;
+    v_removed integer := 0;
+    v_member text;
+    v_instance text;
+    m group_members%ROWTYPE;
+    i integer;
+BEGIN
+    IF v_n = 0 OR v_n > 1000 OR v_n <> coalesce(cardinality(p_instance_ids), 0) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000',
+            MESSAGE = 'name 1 to 1000 members, each by member id and group instance id (either may be null), '
+                      'as arrays of one length';
+    END IF;
+    -- Access control (revision 0009, docs/acl.md), before any lock or write: as LeaveGroup.
+    IF (SELECT acl_settings.enforce FROM acl_settings) THEN
+        PERFORM acl_require_v1('group', ARRAY[p_group_id], 'read');
+    END IF;
+    PERFORM group_lock_v1(p_group_id, false);
+    -- The owner and the admin role remove any member (Kafka's removeMembersFromConsumerGroup);
+    -- any other principal only those it joined itself (revision 0021's rule for LeaveGroup).
+    v_any := acl_bypass_v1(v_caller);
+    FOR i IN 1 .. v_n LOOP
+        v_member := nullif(p_member_ids[i], '');
+        v_instance := p_instance_ids[i];
+        IF v_instance IS NOT NULL THEN
+            -- A static member by its instance id; a member id given with it must be that
+            -- member's (Kafka: FENCED_INSTANCE_ID otherwise).
+            SELECT * INTO m FROM group_members x WHERE x.group_id = p_group_id AND x.group_instance_id = v_instance;
+        ELSE
+            SELECT * INTO m FROM group_members x WHERE x.group_id = p_group_id AND x.member_id = v_member;
+        END IF;
+        IF NOT FOUND OR NOT (v_any OR m.owner IS NOT DISTINCT FROM v_caller) THEN
+            RETURN QUERY SELECT i, p_member_ids[i], v_instance, 'unknown_member_id'::text;
+        ELSIF v_instance IS NOT NULL AND v_member IS NOT NULL AND v_member <> m.member_id THEN
+            RETURN QUERY SELECT i, p_member_ids[i], v_instance, 'fenced_instance_id'::text;
+        ELSE
+            DELETE FROM group_members x WHERE x.group_id = p_group_id AND x.member_id = m.member_id;
+            v_removed := v_removed + 1;
+            RETURN QUERY SELECT i, m.member_id, m.group_instance_id, NULL::text;
+        END IF;
+    END LOOP;
+    IF v_removed > 0 THEN
+        PERFORM group_rebalance_v1(p_group_id);
+    END IF;
+END
+$fn$;
+COMMENT ON FUNCTION leave_group_members_v1(p_group_id text, p_member_ids text[], p_instance_ids text[]) IS
+  'LeaveGroup v3 and later (KIP-345; Kafka''s removeMembersFromConsumerGroup): removes each member named by member id or by group instance id (a member id given beside an instance id must match: else fenced_instance_id) and rebalances the rest once; per member (idx, in order) the error, NULL when removed, unknown_member_id when there is no such member or the caller may not remove it (only the principal that joined it, the owner or the admin role may). Needs READ on the group; an unknown group is OL409.';
+
 CREATE OR REPLACE FUNCTION offset_commit_v1(p_group_id text, p_member_id text, p_group_instance_id text, p_generation integer, p_topics text[], p_partitions integer[], p_offsets bigint[], p_metadata text[])
  RETURNS void
  LANGUAGE plpgsql
@@ -860,6 +918,61 @@ END
 $fn$;
 COMMENT ON FUNCTION delete_group_v1(p_group_id text) IS
   'DeleteGroups: deletes a consumer group with no live members and no offsets pending in an open transaction (else NON_EMPTY_GROUP, OL410; an unknown group OL409), with its committed offsets.';
+
+CREATE OR REPLACE FUNCTION offset_delete_v1(p_group_id text, p_topics text[], p_partitions integer[])
+ RETURNS TABLE(topic text, partition integer, error text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_subscribed text[];
+BEGIN
+    IF p_topics IS NULL OR p_partitions IS NULL OR cardinality(p_topics) <> cardinality(p_partitions)
+       OR cardinality(p_topics) > 10000 OR array_position(p_topics, NULL) IS NOT NULL
+       OR array_position(p_partitions, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL000',
+            MESSAGE = 'topics and partitions must be arrays of one length (at most 10000), without nulls';
+    END IF;
+    -- The group row first (group_lock_v1: OL409 for an unknown group), as every call that
+    -- changes the group's members or offsets takes it, so no member joins or commits between
+    -- the check below and the deletion.
+    PERFORM group_lock_v1(p_group_id, false);
+    -- Kafka's rule (GroupCoordinator's handleDeleteOffsets): a live member's subscription keeps
+    -- its topics' offsets, which it would commit again or resume from. Members past their session
+    -- timeout are removed first, as before any operator's change to a group.
+    PERFORM group_expire_members_v1(p_group_id);
+    SELECT coalesce(array_agg(DISTINCT s.t), '{}') INTO v_subscribed
+    FROM group_members m CROSS JOIN LATERAL unnest(m.subscription) AS s(t)
+    WHERE m.group_id = p_group_id;
+    RETURN QUERY
+    WITH req AS (
+        SELECT DISTINCT r.t, r.p, pt.topic_id, pt.partition IS NOT NULL AS known
+        FROM unnest(p_topics, p_partitions) AS r(t, p)
+        LEFT JOIN topics t ON t.name = r.t
+        LEFT JOIN partitions pt ON pt.topic_id = t.topic_id AND pt.partition = r.p
+    ), doomed AS (
+        -- Locked in key order, as every writer of offset rows (revision 0017).
+        SELECT c.topic_id, c.partition FROM committed_offsets c
+        JOIN req ON req.topic_id = c.topic_id AND req.p = c.partition
+        WHERE c.group_id = p_group_id AND req.known AND req.t <> ALL (v_subscribed)
+        ORDER BY c.topic_id, c.partition
+        FOR UPDATE OF c
+    ), deleted AS (
+        -- Runs whole whether or not the answer below reads it (a data-modifying WITH).
+        DELETE FROM committed_offsets c USING doomed d
+        WHERE c.group_id = p_group_id AND c.topic_id = d.topic_id AND c.partition = d.partition
+    )
+    SELECT req.t, req.p,
+           CASE WHEN NOT req.known THEN 'unknown_topic_or_partition'
+                WHEN req.t = ANY (v_subscribed) THEN 'group_subscribed_to_topic' END
+    FROM req
+    ORDER BY req.t, req.p;
+END
+$fn$;
+COMMENT ON FUNCTION offset_delete_v1(p_group_id text, p_topics text[], p_partitions integer[]) IS
+  'OffsetDelete (Kafka''s deleteConsumerGroupOffsets): removes the group''s committed offsets of the partitions named, except those of topics a live member subscribes to (error group_subscribed_to_topic) and unknown partitions (error unknown_topic_or_partition); one row per partition named, error NULL when its offset is gone (or there was none). An unknown group is OL409. Offsets pending in an open transaction stay pending.';
 
 CREATE OR REPLACE FUNCTION group_require_no_members_v1(p_group_id text, p_action text)
  RETURNS void

@@ -24,6 +24,7 @@ from kafka.admin import (
     ACLResourcePatternType,
     ConfigResource,
     ConfigResourceType,
+    MemberToRemove,
     NewPartitions,
     ResourcePattern,
     ResourcePatternFilter,
@@ -376,8 +377,34 @@ def test_records_and_groups_are_deleted_through_the_admin_clients(
             consumer.poll(200)
         consumer.commit({KTopicPartition(TOPIC, 0): OffsetAndMetadata(5, "", -1)})
         assert dict(kadmin.delete_groups(["leaving"])) == {"leaving": "NonEmptyGroupError"}
+        # OffsetDelete: a live member subscribes to TOPIC, so its offsets stay (Kafka's rule).
+        subscribed = kadmin.delete_group_offsets("leaving", [KTopicPartition(TOPIC, 0), KTopicPartition(TOPIC, 9)])
+        assert {tp.partition: err.__name__ for tp, err in subscribed.items()} == {
+            0: "GroupSubscribedToTopicError",
+            9: "UnknownTopicOrPartitionError",
+        }
     finally:
         consumer.close()
+    static = KafkaConsumer(
+        TOPIC, bootstrap_servers=broker, group_id="static", group_instance_id="rack-1", enable_auto_commit=False
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not static.assignment() and time.monotonic() < deadline:
+            static.poll(200)
+        # LeaveGroup v3 (KIP-345): the admin removes a static member by its instance id.
+        removed = kadmin.remove_group_members("static", [MemberToRemove(group_instance_id="rack-1")])
+        assert {k: err.__name__ for k, err in removed.items()} == {"rack-1": "NoError"}
+        with oncelog.Admin(db_url) as admin:
+            assert admin.describe_group("static").members == ()
+    finally:
+        static.close()
+    gone = kadmin.delete_group_offsets("leaving", [KTopicPartition(TOPIC, 0)])
+    assert {tp.partition: err.__name__ for tp, err in gone.items()} == {0: "NoError"}
+    with oncelog.Admin(db_url) as admin:
+        assert admin.describe_group("leaving").offsets == ()
+    with pytest.raises(Exception, match="GroupIdNotFound"):
+        kadmin.delete_group_offsets("never-was", [KTopicPartition(TOPIC, 0)])
     outcome = dict(kadmin.delete_groups(["leaving", "never-was"]))
     assert outcome == {"leaving": "OK", "never-was": "GroupIdNotFoundError"}
     with oncelog.Admin(db_url) as admin:

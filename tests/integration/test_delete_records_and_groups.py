@@ -134,6 +134,8 @@ def test_only_the_admin_role_deletes_records_and_groups(db_url: str, engine: sa.
                     topics.delete_records(conn, name=TOPIC, offsets={0: 1})
                 with role.connect() as conn, pytest.raises(errors.AuthorizationError):
                     ops.delete_group(conn, group_id="anything")
+                with role.connect() as conn, pytest.raises(errors.AuthorizationError):
+                    ops.offset_delete(conn, group_id="anything", partitions=[(TOPIC, 0)])
             finally:
                 role.dispose()
     assert admin.list_offsets(TOPIC)[0].log_start_offset == 0
@@ -263,6 +265,84 @@ def test_delete_group_refuses_live_members_and_pending_offsets(
         admin.delete_group("auditors")
     with pytest.raises(errors.InvalidGroupIdError):
         admin.delete_group("")
+
+
+def test_delete_group_offsets_keeps_those_of_topics_a_live_member_subscribes_to(
+    db_url: str, engine: sa.Engine, admin: Admin
+) -> None:
+    """OffsetDelete as Kafka's group coordinator answers it: per partition, deleted, or kept while
+    a live member subscribes to its topic, or unknown; the group itself must exist."""
+    admin.create_topic("other", partitions=1)
+    mine, other = TopicPartition(TOPIC, 0), TopicPartition("other", 0)
+    admin.reset_group_offsets("readers", {mine: 0, other: 0}, dry_run=False)
+    consumer = Consumer(db_url, group_id="readers", enable_auto_commit=False, session_timeout_ms=6000)
+    try:
+        consumer.subscribe([TOPIC])
+        _assigned(consumer)
+        outcome = admin.delete_group_offsets("readers", [mine, other, TopicPartition("other", 7)])
+        assert {tp: type(e).__name__ if e else None for tp, e in outcome.items()} == {
+            mine: "GroupSubscribedToTopicError",
+            other: None,
+            TopicPartition("other", 7): "UnknownTopicOrPartitionError",
+        }
+        assert _committed(engine, "readers") == 1  # the subscribed topic's offset stayed
+        assert admin.delete_group_offsets("readers", [other]) == {other: None}  # none left: nothing to do
+    finally:
+        consumer.close()  # leaves the group
+    assert admin.delete_group_offsets("readers", [mine]) == {mine: None}
+    assert _committed(engine, "readers") == 0
+    with pytest.raises(errors.GroupIdNotFoundError):
+        admin.delete_group_offsets("never-was", [mine])
+    for bad in ("", None):
+        with pytest.raises(errors.InvalidGroupIdError):
+            admin.delete_group_offsets(bad, [mine])  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidRequestError):
+        admin.delete_group_offsets("readers", "ledger-0")  # type: ignore[arg-type]
+
+
+def test_members_are_removed_by_instance_id_or_member_id_by_whom_may(
+    db_url: str, engine: sa.Engine, admin: Admin
+) -> None:
+    """LeaveGroup v3 (KIP-345): a static member by its instance id, a dynamic one by its member
+    id, one rebalance; an instance id with another member's id is fenced; another role's
+    members stay unless the caller is the admin role (or the owner)."""
+    static = Consumer(db_url, group_id="crew", group_instance_id="deck-1", enable_auto_commit=False)
+    dynamic = Consumer(db_url, group_id="crew", enable_auto_commit=False)
+    try:
+        static.subscribe([TOPIC])
+        dynamic.subscribe([TOPIC])
+        _assigned(static)
+        dynamic_id = dynamic.group_metadata().member_id
+        static_id = static.group_metadata().member_id
+        assert static_id and dynamic_id
+        with login_roles(engine, db_url, ("client",)) as urls:
+            role = create_engine(urls["client"], poolclass=sa.NullPool)
+            try:
+                with role.connect() as conn:
+                    refused = groups.leave_group_members(conn, group_id="crew", members=[(dynamic_id, None)])
+                assert refused == [(dynamic_id, None, "unknown_member_id")]  # not its member to remove
+            finally:
+                role.dispose()
+        with engine.connect() as conn:
+            fenced = groups.leave_group_members(conn, group_id="crew", members=[(dynamic_id, "deck-1")])
+            conn.commit()
+        assert fenced == [(dynamic_id, "deck-1", "fenced_instance_id")]
+        outcome = admin.remove_group_members("crew", instance_ids=["deck-1", "deck-9"], member_ids=[dynamic_id])
+        assert {k: type(v).__name__ if v else None for k, v in outcome.items()} == {
+            "deck-1": None,
+            "deck-9": "UnknownMemberIdError",
+            dynamic_id: None,
+        }
+        assert admin.describe_group("crew").members == ()
+        with pytest.raises(errors.InvalidRequestError):
+            admin.remove_group_members("crew")
+        with pytest.raises(errors.InvalidRequestError):
+            admin.remove_group_members("crew", instance_ids="deck-1")
+        with pytest.raises(errors.GroupIdNotFoundError):
+            admin.remove_group_members("never-was", member_ids=["x"])
+    finally:
+        static.close()
+        dynamic.close()
 
 
 def test_delete_group_racing_joins_and_commits(db_url: str, engine: sa.Engine, admin: Admin) -> None:

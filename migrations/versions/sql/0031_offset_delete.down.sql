@@ -1,0 +1,1 @@
+DROP FUNCTION offset_delete_v1(text, text[], integer[]);
