@@ -1,9 +1,10 @@
-"""``oncelog groups list|describe|lag|reset-offsets``: consumer groups and their offsets."""
+"""``oncelog groups list|describe|lag|delete|delete-offsets|reset-offsets``: consumer groups and their offsets."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 import click
 from rich.table import Table
@@ -234,6 +235,32 @@ def delete(obj: CliContext, group: str, yes: bool, as_json: bool) -> None:
             click.confirm(f"delete group {group} and its committed offsets?", abort=True, err=True)
         admin.delete_group(group)
     emit(as_json, {"deleted": group}, f"deleted group {group}")
+
+
+@groups.command(name="delete-offsets")
+@click.argument("group")
+@click.option(
+    "--topic", "topics", multiple=True, required=True, metavar="NAME[:P,P...]", help="Topic, or some of its partitions."
+)
+@json_option
+@click.pass_obj
+def delete_offsets(obj: CliContext, group: str, topics: tuple[str, ...], as_json: bool) -> None:
+    """Delete GROUP's committed offsets of these partitions (Kafka's --delete-offsets): its
+    consumers then start them by auto_offset_reset. Those of a topic a live member subscribes to
+    stay; the command then exits 1."""
+    with admin_for(obj) as admin:
+        outcome = admin.delete_group_offsets(group, _scope(admin, group, topics, False))
+    rows: list[dict[str, Any]] = []
+    table = Table(title=f"group {group}: offsets deleted")
+    for name in ("topic", "partition", "deleted", "why not"):
+        table.add_column(name)
+    for tp, error in outcome.items():
+        why = "" if error is None else str(error)
+        rows.append({"topic": tp.topic, "partition": tp.partition, "deleted": error is None, "error": why or None})
+        table.add_row(tp.topic, str(tp.partition), "no" if why else "yes", why)
+    emit(as_json, {"group": group, "offsets": rows}, table)
+    if any(not r["deleted"] for r in rows):
+        raise click.exceptions.Exit(1)
 
 
 @groups.command(name="reset-offsets")

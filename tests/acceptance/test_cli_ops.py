@@ -548,6 +548,12 @@ def test_groups_list_describe_lag_and_reset(db_url: str, admin: Admin, engine: s
     js(db_url, "groups", "reset-offsets", "fresh", "--topic", "t:0", "--to-earliest", "--execute")
     assert committed_offsets(engine, "fresh") == {("t", 0): 0}
 
+    # Kafka's --delete-offsets: the partitions named lose their committed offsets.
+    gone = js(db_url, "groups", "delete-offsets", "fresh", "--topic", "t:0")
+    assert gone == {"group": "fresh", "offsets": [{"topic": "t", "partition": 0, "deleted": True, "error": None}]}
+    assert committed_offsets(engine, "fresh") == {}
+    fails(db_url, "groups", "delete-offsets", "never-was", "--topic", "t", match="no group 'never-was'")
+
     # Refused inputs change nothing.
     before = committed_offsets(engine, "app")
     fails(
