@@ -181,10 +181,14 @@ def demo(
 
 def _read(url: str, schema: str, topic: str, partitions: int, isolation_level: str) -> list[bytes]:
     with Consumer(url, schema=schema, isolation_level=isolation_level) as consumer:
-        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        # To the ends fixed now, not to the first empty poll: a poll also returns nothing while
+        # the database is unreachable for a moment, which must not read as missing records.
+        ends = consumer.end_offsets(tps)
         values: list[bytes] = []
-        while batch := consumer.poll(timeout=0.5):
-            values.extend(r.value for r in batch if r.value is not None)
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            values.extend(r.value for r in consumer.poll(timeout=0.5) if r.value is not None)
     return values
 
 
