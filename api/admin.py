@@ -26,14 +26,6 @@ from oncelog.types import (
     TopicSummary,
 )
 
-
-def _ids(values: Iterable[str]) -> list[str]:
-    """Member or instance ids as a list (a lone str is refused: it would be taken letter by letter)."""
-    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
-        raise errors.InvalidRequestError(f"expected an iterable of ids, not {values!r}")
-    return list(values)
-
-
 #: Kafka's kafka-transactions.sh find-hanging default: open longer than 15 minutes.
 HANGING_AFTER = timedelta(minutes=15)
 
@@ -302,8 +294,8 @@ class Admin(Client):
         of after their session timeout. Per id given: None once removed, else
         UnknownMemberIdError. GroupIdNotFoundError when there is no such group."""
         validate.text("group_id", group_id, error=errors.InvalidGroupIdError)
-        instances = [validate.text("instance_ids", i, error=errors.InvalidRequestError) for i in _ids(instance_ids)]
-        members = [validate.text("member_ids", m, error=errors.InvalidRequestError) for m in _ids(member_ids)]
+        instances = validate.texts("instance_ids", instance_ids, error=errors.InvalidRequestError)
+        members = validate.texts("member_ids", member_ids, error=errors.InvalidRequestError)
         wanted: list[tuple[str | None, str | None]] = [(None, i) for i in instances] + [(m, None) for m in members]
         if not wanted:
             raise errors.InvalidRequestError("name at least one member to remove (instance_ids or member_ids)")

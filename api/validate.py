@@ -116,6 +116,14 @@ def text(name: str, value: object, *, error: ErrorType, max_length: int | None =
     return str(value)
 
 
+def texts(name: str, values: object, *, error: ErrorType) -> list[str]:
+    """Every element of an iterable of strings, each as :func:`text` takes it (a lone str is
+    refused: it would be taken letter by letter)."""
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise error(f"{name} must be an iterable of str, not {_shown(values)}")
+    return [text(name, v, error=error) for v in values]
+
+
 def optional_text(name: str, value: object, *, error: ErrorType, max_length: int | None = None) -> str | None:
     """:func:`text`, or ``None``."""
     return None if value is None else text(name, value, error=error, max_length=max_length)

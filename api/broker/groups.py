@@ -210,9 +210,7 @@ class GroupHandlers:
         (a consumer leaving, or an admin's removeMembersFromConsumerGroup)."""
         wanted = [(m.member_id or None, m.group_instance_id) for m in request.members]
         member_class = response_class.MemberResponse
-        try:
-            if not wanted:
-                raise errors.InvalidRequestError("LeaveGroup names no member")
+        try:  # no member named: the store's INVALID_REQUEST
             left = await self._run(self._db.call, groups.leave_group_members, group_id=request.group_id, members=wanted)
         except errors.OncelogError as exc:
             return response_class(version=request.version, throttle_time_ms=0, error_code=error_code(exc), members=[])

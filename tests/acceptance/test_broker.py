@@ -37,6 +37,8 @@ from kafka.protocol.consumer import (
     HeartbeatResponse,
     JoinGroupRequest,
     JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -399,6 +401,34 @@ def test_an_epoch_an_idempotent_producer_bumped_itself_is_taken_once_the_store_i
     with oncelog.Admin(db_url) as admin:
         (state,) = admin.describe_producers(TOPIC, 2)
     assert (state.producer_id, state.producer_epoch) == (pid, epoch + 1)
+
+
+@pytest.mark.timeout(60)
+def test_leave_group_v3_answers_per_member_and_refuses_an_empty_batch(db_url: str, broker: str) -> None:
+    """KIP-345's batch: an unknown member is UNKNOWN_MEMBER_ID on its own line; no member at all
+    is the store's INVALID_REQUEST; an unknown group GROUP_ID_NOT_FOUND."""
+    with oncelog.Admin(db_url) as admin:
+        admin.reset_group_offsets("batch", {oncelog.TopicPartition(TOPIC, 0): 0}, dry_run=False)  # the group exists
+    identity = LeaveGroupRequest.MemberIdentity
+    wire = _Wire(broker)
+    try:
+        unknown = wire.call(
+            LeaveGroupRequest(version=3, group_id="batch", members=[identity(member_id="m-9", group_instance_id=None)]),
+            LeaveGroupResponse,
+        )
+        assert unknown.error_code == 0
+        assert [(m.member_id, m.error_code) for m in unknown.members] == [("m-9", 25)]
+        empty = wire.call(LeaveGroupRequest(version=3, group_id="batch", members=[]), LeaveGroupResponse)
+        assert (empty.error_code, list(empty.members)) == (42, [])
+        nobody = wire.call(
+            LeaveGroupRequest(
+                version=3, group_id="never-was", members=[identity(member_id="m", group_instance_id=None)]
+            ),
+            LeaveGroupResponse,
+        )
+        assert nobody.error_code == 69
+    finally:
+        wire.close()
 
 
 @pytest.mark.timeout(60)
