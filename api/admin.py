@@ -7,7 +7,8 @@ from datetime import datetime, timedelta
 
 from oncelog import errors, validate
 from oncelog.client import Client
-from oncelog.store import acl, groups, log, ops, outbox, topics, txn
+from oncelog.store import acl, compaction, groups, log, ops, outbox, topics, txn
+from oncelog.store.compaction import CompactionReport
 from oncelog.store.errors import mapped_errors
 from oncelog.store.outbox import Capture
 from oncelog.store.records import PartitionOffsets
@@ -153,6 +154,40 @@ class Admin(Client):
             while deleted := log.enforce_retention(conn, batch=batch):
                 total += deleted
         return total
+
+    def compact(self, topic: str | None = None, *, batch: int = 50_000, force: bool = False) -> CompactionReport:
+        """Compact topics whose cleanup_policy is compact (``topic`` only, if given), one bounded
+        pass per database transaction: each key's latest record stays; superseded, aborted and
+        keyless records go, and tombstones and transaction markers once past delete_retention_ms.
+        Without ``force`` a partition is compacted when its dirty ratio reaches
+        min_cleanable_dirty_ratio, or its oldest dirty record max_compaction_lag_ms, as Kafka's
+        cleaner; with ``force``, whenever it has anything to clean. Stops when nothing needs a pass,
+        or when a partition whose work was done comes round again (new records keep arriving: the
+        next call takes them), so it ends under any write load. ConfigurationError when ``topic`` is
+        not compacted."""
+        if topic is not None:
+            _topic(topic)
+        validate.integer("batch", batch, low=1, high=10_000_000, error=errors.InvalidRequestError)
+        passes: list[compaction.CompactionPass] = []
+        finished: set[tuple[str, int]] = set()
+        while True:
+            with self._request() as conn:
+                done = compaction.compact(conn, topic=topic, batch=batch, force=force)
+            if done is None:
+                break
+            passes.append(done)
+            where = (done.topic, done.partition)
+            if where in finished:
+                break
+            if not done.more:
+                finished.add(where)
+        return CompactionReport(passes)
+
+    def compaction_status(self, topic: str) -> list[compaction.PartitionCompaction]:
+        """Per partition of ``topic``: its clean section, dirty ratio, and what compaction removed."""
+        _topic(topic)
+        with self._request() as conn:
+            return compaction.compaction_status(conn, topic=topic)
 
     # --- the operator's views ------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from oncelog.errors import (
     OffsetOutOfRangeError,
     OncelogError,
 )
+from oncelog.store.topics import TopicSetting
 from oncelog.types import AclBinding, AclBindingFilter, OffsetAndMetadata, TopicPartition
 
 __all__ = [
@@ -259,15 +260,25 @@ def serialized(role: str, serializer: Callable[[Any], bytes | None], value: obje
     raise InvalidRecordError(f"the {role} serializer returned {type(out).__name__}, not bytes or None")
 
 
-def topic_config(value: object, *, error: ErrorType = ConfigurationError) -> dict[str, int | None]:
-    """Per-topic settings: a mapping of setting names to an int64 (not a ``bool``) or ``None``;
-    which names and values are allowed is the store's decision (``create_topic_v1``)."""
+def topic_config(value: object, *, error: ErrorType = ConfigurationError) -> dict[str, TopicSetting]:
+    """Per-topic settings: a mapping of setting names to an int64 (not a ``bool``), a finite
+    ``float`` (``min_cleanable_dirty_ratio``), a ``str`` (``cleanup_policy``) or ``None``; which
+    names and values are allowed is the store's decision (``topic_config_v1``)."""
     if not isinstance(value, Mapping):
-        raise error(f"a topic config must be a mapping of setting names to integers, not {_shown(value)}")
-    out: dict[str, int | None] = {}
+        raise error(f"a topic config must be a mapping of setting names to values, not {_shown(value)}")
+    out: dict[str, TopicSetting] = {}
     for key, setting in value.items():
         name = text("topic config key", key, error=error)
-        out[name] = None if setting is None else integer(name, setting, low=-INT64_MAX, high=INT64_MAX, error=error)
+        if setting is None:
+            out[name] = None
+        elif isinstance(setting, str):
+            out[name] = text(name, setting, error=error, max_length=100)
+        elif isinstance(setting, float):
+            if not math.isfinite(setting):
+                raise error(f"{name} must be a finite number, not {_shown(setting)}")
+            out[name] = setting
+        else:
+            out[name] = integer(name, setting, low=-INT64_MAX, high=INT64_MAX, error=error)
     return out
 
 

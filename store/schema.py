@@ -192,6 +192,42 @@ topics = sa.Table(
         comment="How far into the future (ms after the server's time) a record's timestamp may be: Kafka's "
         "message.timestamp.after.max.ms (KIP-937), one hour by default as in Kafka 4.0.",
     ),
+    # Compaction (migration 0033): Kafka's settings of the same names and defaults.
+    sa.Column(
+        "cleanup_policy",
+        sa.Text,
+        nullable=False,
+        server_default=sa.text("'delete'"),
+        comment="delete (retention by time and size), compact (the latest record of each key is kept) or "
+        "compact,delete (both): Kafka's cleanup.policy.",
+    ),
+    sa.Column(
+        "min_compaction_lag_ms",
+        sa.BigInteger,
+        nullable=False,
+        server_default=sa.text("0"),
+        comment="Compaction leaves records younger than this (and all after them) alone.",
+    ),
+    sa.Column(
+        "max_compaction_lag_ms",
+        sa.BigInteger,
+        nullable=True,
+        comment="A dirty record this old makes its partition compacted whatever its dirty ratio; NULL is no limit.",
+    ),
+    sa.Column(
+        "delete_retention_ms",
+        sa.BigInteger,
+        nullable=False,
+        server_default=sa.text("86400000"),
+        comment="How long tombstones and transaction markers stay once compacted (Kafka's delete.retention.ms).",
+    ),
+    sa.Column(
+        "min_cleanable_dirty_ratio",
+        sa.Float,
+        nullable=False,
+        server_default=sa.text("0.5"),
+        comment="Compaction starts on a partition when this share of its live bytes is dirty (not yet compacted).",
+    ),
     sa.Column(
         "created_at",
         sa.DateTime(timezone=True),
@@ -211,6 +247,12 @@ topics = sa.Table(
         name="retention_positive",
     ),
     sa.CheckConstraint("message_timestamp_after_max_ms > 0", name="message_timestamp_after_max_ms_positive"),
+    sa.CheckConstraint("cleanup_policy IN ('delete', 'compact', 'compact,delete')", name="cleanup_policy_valid"),
+    sa.CheckConstraint(
+        "min_compaction_lag_ms >= 0 AND (max_compaction_lag_ms IS NULL OR max_compaction_lag_ms > 0) "
+        "AND delete_retention_ms >= 0 AND min_cleanable_dirty_ratio BETWEEN 0 AND 1",
+        name="compaction_settings_valid",
+    ),
     comment="Topics: named, partitioned logs.",
 )
 
@@ -603,6 +645,83 @@ txn_spans = sa.Table(
     sa.Index(None, "topic_id", "partition", "last_offset"),
     comment="Where each committed transaction lies in each partition it wrote to (written by EndTxn): "
     "read_committed fetches withhold a transaction that a read would return only in part.",
+)
+
+# Compaction's progress per partition (compact_v1); migration 0033.
+cleaner_state = sa.Table(
+    "cleaner_state",
+    metadata,
+    sa.Column("topic_id", sa.Integer, primary_key=True, comment="The topic."),
+    sa.Column("partition", sa.Integer, primary_key=True, comment="The partition."),
+    sa.Column(
+        "clean_offset",
+        sa.BigInteger,
+        nullable=False,
+        server_default=sa.text("0"),
+        comment="The end of the clean section: below it (from the log start) each key has at most one record.",
+    ),
+    sa.Column(
+        "clean_bytes",
+        sa.BigInteger,
+        nullable=False,
+        server_default=sa.text("0"),
+        comment="Live bytes of the clean section, for the dirty ratio.",
+    ),
+    sa.Column(
+        "horizon_offset",
+        sa.BigInteger,
+        nullable=False,
+        server_default=sa.text("0"),
+        comment="Tombstones and markers below this have been removed once past delete_retention_ms.",
+    ),
+    sa.Column(
+        "checkpoint_offsets",
+        pg.ARRAY(sa.BigInteger, dimensions=1),
+        nullable=False,
+        server_default=sa.text("'{}'"),
+        comment="Ends of recent compaction passes, oldest first (the newest one older than delete_retention_ms "
+        "is the delete horizon).",
+    ),
+    sa.Column(
+        "checkpoint_times",
+        pg.ARRAY(sa.DateTime(timezone=True), dimensions=1),
+        nullable=False,
+        server_default=sa.text("'{}'"),
+        comment="When each of checkpoint_offsets was reached.",
+    ),
+    sa.Column(
+        "examined_records",
+        sa.BigInteger,
+        nullable=False,
+        server_default=sa.text("0"),
+        comment="Records compaction has read in the dirty section, in all.",
+    ),
+    sa.Column(
+        "removed_records",
+        sa.BigInteger,
+        nullable=False,
+        server_default=sa.text("0"),
+        comment="Records compaction has removed, in all.",
+    ),
+    sa.Column(
+        "removed_bytes",
+        sa.BigInteger,
+        nullable=False,
+        server_default=sa.text("0"),
+        comment="Bytes (keys, values, headers) compaction has removed, in all.",
+    ),
+    sa.Column("cleaned_at", sa.DateTime(timezone=True), nullable=True, comment="When compaction last ran here."),
+    sa.ForeignKeyConstraint(
+        ["topic_id", "partition"],
+        [partitions.c.topic_id, partitions.c.partition],
+        ondelete="CASCADE",
+    ),
+    sa.CheckConstraint(
+        "clean_offset >= 0 AND clean_bytes >= 0 AND horizon_offset >= 0 "
+        "AND cardinality(checkpoint_offsets) = cardinality(checkpoint_times)",
+        name="progress_valid",
+    ),
+    comment="Compaction's progress in each partition of a compacted topic.",
 )
 
 txn_history = sa.Table(

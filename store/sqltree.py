@@ -17,7 +17,19 @@ from importlib import resources
 
 #: The files in load order: functions by concern, then the views (which call acl_allowed_v1 and
 #: read one another), the triggers and policy (which name their functions), and the grants.
-FILES = ("topics", "log", "transactions", "groups", "outbox", "acl", "maintenance", "views", "triggers", "grants")
+FILES = (
+    "topics",
+    "log",
+    "transactions",
+    "groups",
+    "outbox",
+    "acl",
+    "maintenance",
+    "compaction",
+    "views",
+    "triggers",
+    "grants",
+)
 
 
 def text(name: str) -> str:

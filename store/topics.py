@@ -16,15 +16,36 @@ from oncelog.store.schema import partitions, settings, topics
 
 #: The per-topic settings a user may set. Given as None, a setting takes its default: retention_ms
 #: then follows the store-wide settings.log_retention_ms (Kafka's log.retention.ms, 7 days),
-#: retention_bytes has no limit. -1 is no limit for either retention setting, as in Kafka.
-TOPIC_CONFIG_KEYS = ("max_message_bytes", "retention_ms", "retention_bytes", "message_timestamp_after_max_ms")
+#: retention_bytes and max_compaction_lag_ms have no limit, the others take Kafka's defaults. -1
+#: is no limit for either retention setting, as in Kafka.
+TOPIC_CONFIG_KEYS = (
+    "max_message_bytes",
+    "retention_ms",
+    "retention_bytes",
+    "message_timestamp_after_max_ms",
+    "cleanup_policy",
+    "min_compaction_lag_ms",
+    "max_compaction_lag_ms",
+    "delete_retention_ms",
+    "min_cleanable_dirty_ratio",
+)
 
-TopicConfig = Mapping[str, int | None]
+#: One setting's value: an integer, min_cleanable_dirty_ratio's fraction, cleanup_policy's word.
+TopicSetting = int | float | str | None
+TopicConfig = Mapping[str, TopicSetting]
+
+
+def _literal(text: str) -> int | float | str:
+    """A column default's SQL literal as a value: ``'delete'``, ``0.5``, ``86400000``."""
+    if text.startswith("'"):
+        return text.strip("'")
+    return float(text) if "." in text else int(text)
+
 
 #: The defaults of the settings the table declares one for (the others default to NULL: retention
-#: follows the store-wide setting, no size limit).
-COLUMN_DEFAULTS: dict[str, int] = {
-    k: int(default.arg.text)
+#: follows the store-wide setting, no size limit, no maximum compaction lag).
+COLUMN_DEFAULTS: dict[str, int | float | str] = {
+    k: _literal(default.arg.text)
     for k in TOPIC_CONFIG_KEYS
     if isinstance(default := topics.c[k].server_default, sa.DefaultClause) and isinstance(default.arg, sa.TextClause)
 }
@@ -48,7 +69,7 @@ class TopicDescription:
     name: str
     topic_id: int
     partitions: list[PartitionDescription]
-    config: dict[str, int | None]
+    config: dict[str, TopicSetting]
     created_at: datetime
     defaults: frozenset[str] = field(default_factory=frozenset)
 
@@ -126,7 +147,7 @@ def describe_topic(conn: sa.Connection, *, name: str) -> TopicDescription:
             .where(partitions.c.topic_id == topic.topic_id)
             .order_by(partitions.c.partition)
         ).all()
-    config = {k: getattr(topic, k) for k in TOPIC_CONFIG_KEYS}
+    config: dict[str, TopicSetting] = {k: getattr(topic, k) for k in TOPIC_CONFIG_KEYS}
     defaults = frozenset({"retention_ms"} if config["retention_ms"] is None else set())
     if config["retention_ms"] is None:
         config["retention_ms"] = topic.log_retention_ms

@@ -14,6 +14,7 @@ from oncelog import kafka_config
 from oncelog.admin import HANGING_AFTER
 from oncelog.admin import Admin as SyncAdmin
 from oncelog.aio._loop import call
+from oncelog.store.compaction import CompactionReport, PartitionCompaction
 from oncelog.store.outbox import Capture
 from oncelog.store.records import PartitionOffsets
 from oncelog.store.topics import TopicConfig, TopicDescription
@@ -119,6 +120,14 @@ class Admin:
     async def expire_txn_history(self, batch: int = 10_000) -> int:
         """As :meth:`oncelog.Admin.expire_txn_history`, awaited."""
         return await call(self._sync.expire_txn_history, batch)
+
+    async def compact(self, topic: str | None = None, *, batch: int = 50_000, force: bool = False) -> CompactionReport:
+        """As :meth:`oncelog.Admin.compact`, awaited."""
+        return await call(self._sync.compact, topic, batch=batch, force=force)
+
+    async def compaction_status(self, topic: str) -> list[PartitionCompaction]:
+        """As :meth:`oncelog.Admin.compaction_status`, awaited."""
+        return await call(self._sync.compaction_status, topic)
 
     async def enforce_retention(self, batch: int = 10_000) -> int:
         """As :meth:`oncelog.Admin.enforce_retention`, awaited."""

@@ -3,7 +3,7 @@ DeleteGroups, DescribeConfigs, AlterConfigs and IncrementalAlterConfigs.
 
 Topics are the store's (``create_topic_v1`` and the others, which only the admin role may call):
 a broker whose database role is a client's answers them with an authorization error. A topic's
-configuration is the store's four settings under Kafka's names; any other name is refused, so a
+configuration is the store's settings under Kafka's names; any other name is refused, so a
 setting a client asks for is never silently dropped.
 """
 
@@ -24,6 +24,11 @@ KAFKA_TOPIC_CONFIGS = {
     "retention.ms": "retention_ms",
     "retention.bytes": "retention_bytes",
     "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
+    "cleanup.policy": "cleanup_policy",
+    "min.compaction.lag.ms": "min_compaction_lag_ms",
+    "max.compaction.lag.ms": "max_compaction_lag_ms",
+    "delete.retention.ms": "delete_retention_ms",
+    "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
 }
 #: Kafka's INVALID_REPLICATION_FACTOR and INVALID_CONFIG.
 INVALID_REPLICATION_FACTOR, INVALID_CONFIG = 38, 40
@@ -32,13 +37,20 @@ _TOPIC, _BROKER = 2, 4
 #: DescribeConfigs config sources: set on the topic, the broker's command line, a default.
 _TOPIC_CONFIG, _STATIC_BROKER_CONFIG, _DEFAULT_CONFIG = 1, 4, 5
 #: DescribeConfigs (v3 and later) config types.
-_BOOLEAN, _INT, _LONG, _LIST = 1, 3, 5, 7
+_BOOLEAN, _INT, _LONG, _DOUBLE, _LIST = 1, 3, 5, 6, 7
 _TOPIC_CONFIG_TYPES = {
     "max.message.bytes": _INT,
     "retention.ms": _LONG,
     "retention.bytes": _LONG,
     "message.timestamp.after.max.ms": _LONG,
+    "cleanup.policy": _LIST,
+    "min.compaction.lag.ms": _LONG,
+    "max.compaction.lag.ms": _LONG,
+    "delete.retention.ms": _LONG,
+    "min.cleanable.dirty.ratio": _DOUBLE,
 }
+#: Kafka's max.compaction.lag.ms default, Long.MAX_VALUE: the store's "no limit" (NULL).
+_NO_COMPACTION_LAG_LIMIT = 2**63 - 1
 #: IncrementalAlterConfigs operations: SET and DELETE (APPEND and SUBTRACT are for list configs,
 #: and none of the served configs is a list).
 _SET, _DELETE = 0, 1
@@ -48,27 +60,43 @@ class _BadConfig(Exception):
     """A config entry the store cannot take: INVALID_CONFIG with this message."""
 
 
-def _store_config(name: str, value: str | None) -> tuple[str, int | None]:
+def _store_config(name: str, value: str | None) -> tuple[str, topics.TopicSetting]:
     """The store's key and value for Kafka's config ``name`` = ``value`` (None: the default)."""
     key = KAFKA_TOPIC_CONFIGS.get(name)
     if key is None:
         raise _BadConfig(f"topic config {name!r} is not served (served: {sorted(KAFKA_TOPIC_CONFIGS)})")
+    if value is None:
+        return key, None
+    kind = _TOPIC_CONFIG_TYPES[name]
+    if kind == _LIST:
+        return key, value  # the store checks the words (and takes them in either order)
     try:
-        return key, None if value is None else int(value)
+        if kind == _DOUBLE:
+            return key, float(value)
+        number = int(value)
     except ValueError:
-        raise _BadConfig(f"{name} must be an integer, not {value!r}") from None
+        raise _BadConfig(f"{name} must be {'a number' if kind == _DOUBLE else 'an integer'}, not {value!r}") from None
+    return key, None if key == "max_compaction_lag_ms" and number == _NO_COMPACTION_LAG_LIMIT else number
 
 
-def _at_default(key: str, value: int | None, following: frozenset[str]) -> bool:
+def _at_default(key: str, value: topics.TopicSetting, following: frozenset[str]) -> bool:
     """Whether a topic setting is at its default, as DescribeConfigs reports it: retention_ms
     when it follows the store-wide setting (None in ``config`` is an explicit "for ever" there),
-    retention_bytes without a limit, the others at their column's default. The store keeps no
-    mark of a value set explicitly, so one set to the default reads as the default."""
+    retention_bytes and max_compaction_lag_ms without a limit, the others at their column's
+    default. The store keeps no mark of a value set explicitly, so one set to the default reads
+    as the default."""
     if key == "retention_ms":
         return key in following
-    if key == "retention_bytes":
+    if key in ("retention_bytes", "max_compaction_lag_ms"):
         return value is None
     return value == topics.COLUMN_DEFAULTS.get(key)
+
+
+def _config_text(key: str, value: topics.TopicSetting) -> str:
+    """A setting's value as DescribeConfigs shows it: Kafka's spelling of "no limit"."""
+    if value is None:
+        return str(_NO_COMPACTION_LAG_LIMIT) if key == "max_compaction_lag_ms" else "-1"
+    return str(value)
 
 
 class AdminHandlers:
@@ -262,16 +290,16 @@ class AdminHandlers:
     async def alter_configs(self, request: Any, response_class: Any) -> Any:
         # AlterConfigs replaces a topic's whole configuration: what it does not name returns to
         # the default, as in Kafka.
-        def change(resource: Any) -> dict[str, int | None]:
-            config: dict[str, int | None] = dict.fromkeys(KAFKA_TOPIC_CONFIGS.values())
+        def change(resource: Any) -> dict[str, topics.TopicSetting]:
+            config: dict[str, topics.TopicSetting] = dict.fromkeys(KAFKA_TOPIC_CONFIGS.values())
             config.update(_store_config(c.name, c.value) for c in resource.configs)
             return config
 
         return await self._alter(request, response_class, change)
 
     async def incremental_alter_configs(self, request: Any, response_class: Any) -> Any:
-        def change(resource: Any) -> dict[str, int | None]:
-            config: dict[str, int | None] = {}
+        def change(resource: Any) -> dict[str, topics.TopicSetting]:
+            config: dict[str, topics.TopicSetting] = {}
             for c in resource.configs:
                 if c.config_operation not in (_SET, _DELETE):
                     raise _BadConfig(f"{c.name}: only SET and DELETE apply (it is not a list)")
@@ -281,7 +309,9 @@ class AdminHandlers:
 
         return await self._alter(request, response_class, change)
 
-    async def _alter(self, request: Any, response_class: Any, change: Callable[[Any], dict[str, int | None]]) -> Any:
+    async def _alter(
+        self, request: Any, response_class: Any, change: Callable[[Any], dict[str, topics.TopicSetting]]
+    ) -> Any:
         results = []
         for resource in request.resources:
             code, message = NONE, None
@@ -327,7 +357,7 @@ class AdminHandlers:
                         value = described.config.get(key)
                         default = _at_default(key, value, described.defaults)
                         source = _DEFAULT_CONFIG if default else _TOPIC_CONFIG
-                        value_text = "-1" if value is None else str(value)
+                        value_text = _config_text(key, value)
                         entries.append((kafka_name, value_text, _TOPIC_CONFIG_TYPES[kafka_name], source, False))
             elif resource.resource_type == _BROKER:
                 if resource.resource_name not in ("", str(self._node.node_id)):

@@ -18,7 +18,7 @@ import json
 import signal
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import FrameType
@@ -40,6 +40,7 @@ from oncelog.errors import (
 )
 from oncelog.producer import Producer
 from oncelog.store.records import PartitionOffsets, encode_headers, record_size
+from oncelog.store.topics import TopicSetting
 from oncelog.types import ConsumerRecord, RecordMetadata, TopicPartition
 
 #: Keys a JSON input line may carry; ``topic`` and ``offset`` (from ``consume --json``) are ignored.
@@ -176,18 +177,24 @@ def _separator(text: str | None) -> bytes | None:
     return text.encode("utf-8")
 
 
-def _check(r: _Input, source: str, topic: str, partitions: int, max_bytes: int | None) -> None:
+def _check(r: _Input, source: str, topic: str, partitions: int, config: Mapping[str, TopicSetting]) -> None:
     """Refuse what the store would refuse, before the first record is sent."""
     if r.partition is not None and r.partition >= partitions:
         raise UnknownTopicOrPartitionError(
             f"{source} line {r.line}: partition {r.partition} of topic {topic!r} does not exist "
             f"({partitions} partitions)"
         )
+    if r.key is None and config.get("cleanup_policy", "delete") != "delete":
+        raise InvalidRecordError(
+            f"{source} line {r.line}: topic {topic!r} is compacted (cleanup_policy {config['cleanup_policy']}): "
+            "every record needs a key"
+        )
+    max_bytes = config.get("max_message_bytes")
     try:
         size = record_size(r.key, r.value, encode_headers(r.headers))
     except InvalidRecordError as exc:
         raise InvalidRecordError(f"{source} line {r.line}: {exc}") from None
-    if max_bytes is not None and size > max_bytes:
+    if isinstance(max_bytes, int) and size > max_bytes:
         raise RecordTooLargeError(
             f"{source} line {r.line}: a record of {size} bytes exceeds max_message_bytes {max_bytes} of {topic!r}"
         )
@@ -276,7 +283,6 @@ def produce(
     with admin_for(obj) as admin:
         described = admin.describe_topic(topic)
     count = len(described.partitions)
-    max_bytes = described.config.get("max_message_bytes")
 
     def routed(r: _Input) -> _Input:
         return r if partition is None else _Input(r.line, r.key, r.value, r.headers, partition, r.timestamp)
@@ -286,7 +292,7 @@ def produce(
         try:
             total = 0
             for r in _parse(replay.first(), source, input_format, separator, headers):
-                _check(routed(r), source, topic, count, max_bytes)
+                _check(routed(r), source, topic, count, described.config)
                 total += 1
             records = (routed(r) for r in _parse(replay.second(), source, input_format, separator, headers))
             summary = _send(obj, topic, records, total, transactional_id, progress=path != "-" and not as_json)

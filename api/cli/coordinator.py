@@ -2,8 +2,8 @@
 
 Nothing depends on it for correctness: readers and initialisers abort expired transactions
 themselves. It keeps the store tidy: times out abandoned transactions (so last stable offsets
-move), expires idle transactional ids and producer state, and applies retention (records, and
-the transaction journal's history).
+move), expires idle transactional ids and producer state, applies retention (records, and
+the transaction journal's history) and compacts the topics whose cleanup_policy says so.
 
 The loop never dies of the database: a deadlock, a serialization failure, a statement cancelled
 at its timeout, a lost connection or a restarting server costs one line on stderr and a pause
@@ -75,8 +75,9 @@ def run(  # noqa: PLR0917 - click passes each option as an argument
     as_json: bool,
 ) -> None:
     """Expire transactions, transactional ids and producer state; apply retention (records and the
-    transaction history). Stops on SIGINT/SIGTERM; survives database failures. Each pass prints one
-    line that starts with its time (UTC); --json prints each pass as one JSON object instead."""
+    transaction history); compact compacted topics. Stops on SIGINT/SIGTERM; survives database
+    failures. Each pass prints one line that starts with its time (UTC); --json prints each pass
+    as one JSON object instead."""
     positive = {"--interval": interval, "--request-timeout": request_timeout, "--max-backoff": max_backoff}
     for name, value in positive.items():
         if value <= 0:
@@ -127,12 +128,17 @@ class PassReport:
     expired_producer_states: int
     deleted_records: int
     pruned_history_rows: int
+    #: Compaction: records examined and removed, bytes removed.
+    compacted_examined: int = 0
+    compacted_records: int = 0
+    compacted_bytes: int = 0
 
     def __str__(self) -> str:
         return (
             f"aborted {self.aborted_transactions} timed-out transactions, expired {self.expired_producer_states} "
-            f"producer states, deleted {self.deleted_records} records by retention, pruned "
-            f"{self.pruned_history_rows} transaction history rows"
+            f"producer states, deleted {self.deleted_records} records by retention, removed "
+            f"{self.compacted_records} of {self.compacted_examined} records examined by compaction "
+            f"({self.compacted_bytes} bytes), pruned {self.pruned_history_rows} transaction history rows"
         )
 
 
@@ -146,8 +152,18 @@ def maintenance_pass(admin: Admin, *, retention_batch: int) -> PassReport:
     aborted = admin.expire_transactions()
     expired = admin.expire_producers()
     deleted = admin.enforce_retention(batch=retention_batch)
+    compacted = admin.compact()
     pruned = admin.expire_txn_history(batch=retention_batch)
-    return PassReport(datetime.now(UTC), aborted, expired, deleted, pruned)
+    return PassReport(
+        datetime.now(UTC),
+        aborted,
+        expired,
+        deleted,
+        pruned,
+        compacted_examined=compacted.examined,
+        compacted_records=compacted.removed,
+        compacted_bytes=compacted.removed_bytes,
+    )
 
 
 def backoff_delay(failures: int, max_backoff: float, rng: Callable[[], float] = random.random) -> float:

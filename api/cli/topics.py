@@ -7,10 +7,13 @@ import click
 from oncelog.cli.context import CliContext
 from oncelog.cli.render import OpsGroup, admin_for, emit, fields, json_option, table
 from oncelog.errors import ConfigurationError, InvalidPartitionsError
-from oncelog.store.topics import TOPIC_CONFIG_KEYS
+from oncelog.store.topics import TOPIC_CONFIG_KEYS, TopicDescription, TopicSetting
 
 #: Values that reset a setting to its default (retention_ms: the store-wide default; -1 is no limit).
 _DEFAULT_WORDS = ("", "default", "none")
+#: Settings that are not integers.
+_TEXT_KEYS = frozenset({"cleanup_policy"})
+_FRACTION_KEYS = frozenset({"min_cleanable_dirty_ratio"})
 
 
 def _key(name: str) -> str:
@@ -20,9 +23,11 @@ def _key(name: str) -> str:
     return key
 
 
-def _config(pairs: tuple[str, ...], deleted: tuple[str, ...] = ()) -> dict[str, int | None]:
-    """``KEY=VALUE`` settings (Kafka's dotted names accepted: ``retention.ms``) as a config map."""
-    config: dict[str, int | None] = {}
+def _config(pairs: tuple[str, ...], deleted: tuple[str, ...] = ()) -> dict[str, TopicSetting]:
+    """``KEY=VALUE`` settings (Kafka's dotted names accepted: ``retention.ms``) as a config map:
+    cleanup_policy a word (``compact``, ``compact,delete``), min_cleanable_dirty_ratio a number,
+    the others integers."""
+    config: dict[str, TopicSetting] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep:
@@ -31,11 +36,18 @@ def _config(pairs: tuple[str, ...], deleted: tuple[str, ...] = ()) -> dict[str, 
         value = value.strip()
         if value.lower() in _DEFAULT_WORDS:
             config[key] = None
-            continue
-        try:
-            config[key] = int(value)
-        except ValueError:
-            raise ConfigurationError(f"topic config {key} must be an integer, not {value!r}") from None
+        elif key in _TEXT_KEYS:
+            config[key] = value
+        elif key in _FRACTION_KEYS:
+            try:
+                config[key] = float(value)
+            except ValueError:
+                raise ConfigurationError(f"topic config {key} must be a number, not {value!r}") from None
+        else:
+            try:
+                config[key] = int(value)
+            except ValueError:
+                raise ConfigurationError(f"topic config {key} must be an integer, not {value!r}") from None
     for name in deleted:
         config[_key(name)] = None
     return config
@@ -72,7 +84,7 @@ def create(
         as_json,
         {"created": created, "topic": description},
         f"{'created' if created else 'exists:'} topic {name} with {len(description.partitions)} partition(s); "
-        f"{_retention(description.config['retention_ms'], 'retention_ms' in description.defaults)}",
+        f"{_cleanup(description)}",
     )
 
 
@@ -104,6 +116,8 @@ def describe(obj: CliContext, name: str, as_json: bool) -> None:
     with admin_for(obj) as admin:
         topic = admin.describe_topic(name)
         offsets = admin.list_offsets(name)
+        cleaner = {c.partition: c for c in admin.compaction_status(name)}
+    compacted = topic.config.get("cleanup_policy", "delete") != "delete"
     payload = {
         "name": topic.name,
         "topic_id": topic.topic_id,
@@ -117,9 +131,30 @@ def describe(obj: CliContext, name: str, as_json: bool) -> None:
                 "high_watermark": p.high_watermark,
                 "last_stable_offset": p.last_stable_offset,
             }
+            | (
+                {
+                    "clean_offset": cleaner[p.partition].clean_offset,
+                    "dirty_ratio": cleaner[p.partition].dirty_ratio,
+                    "removed_records": cleaner[p.partition].removed_records,
+                    "removed_bytes": cleaner[p.partition].removed_bytes,
+                }
+                if compacted and p.partition in cleaner
+                else {}
+            )
             for p in offsets
         ],
     }
+    columns = ["partition", "log start", "high watermark", "last stable", "offsets"]
+    if compacted:
+        # Offsets are never renumbered: after compaction a partition holds fewer records than offsets.
+        columns += ["clean to", "dirty ratio", "removed"]
+    rows = []
+    for p in offsets:
+        row: list[object] = [p.partition, p.log_start_offset, p.high_watermark, p.last_stable_offset]
+        row.append(p.high_watermark - p.log_start_offset)
+        if compacted and (c := cleaner.get(p.partition)) is not None:
+            row += [c.clean_offset, f"{c.dirty_ratio:.2f}", c.removed_records]
+        rows.append(row)
     emit(
         as_json,
         payload,
@@ -128,21 +163,43 @@ def describe(obj: CliContext, name: str, as_json: bool) -> None:
             [("topic id", topic.topic_id), ("created", topic.created_at)]
             + [(k, _setting(v, k in topic.defaults)) for k, v in topic.config.items()],
         ),
-        table(
-            None,
-            ["partition", "log start", "high watermark", "last stable", "records"],
-            [
-                (
-                    p.partition,
-                    p.log_start_offset,
-                    p.high_watermark,
-                    p.last_stable_offset,
-                    p.high_watermark - p.log_start_offset,
-                )
-                for p in offsets
-            ],
-            numeric=["partition", "log start", "high watermark", "last stable", "records"],
-        ),
+        table(None, columns, rows, numeric=columns),
+    )
+
+
+@topics.command()
+@click.argument("name")
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 10_000_000),
+    default=50_000,
+    show_default=True,
+    help="Offsets of one partition per pass (one database transaction each).",
+)
+@click.option(
+    "--if-dirty",
+    is_flag=True,
+    help="Only partitions past min_cleanable_dirty_ratio or max_compaction_lag_ms, as the maintenance loop does.",
+)
+@json_option
+@click.pass_obj
+def compact(obj: CliContext, name: str, batch: int, if_dirty: bool, as_json: bool) -> None:
+    """Compact topic NAME now (its cleanup_policy must include compact): each key keeps its latest
+    record; superseded, aborted and keyless records go, and tombstones and transaction markers
+    once past delete_retention_ms. Offsets are never renumbered."""
+    with admin_for(obj) as admin:
+        done = admin.compact(name, batch=batch, force=not if_dirty)
+    emit(
+        as_json,
+        {
+            "topic": name,
+            "passes": len(done.passes),
+            "examined": done.examined,
+            "removed": done.removed,
+            "removed_bytes": done.removed_bytes,
+            "partitions": [p for _, p in done.partitions],
+        },
+        f"topic {name}: {done}",
     )
 
 
@@ -285,7 +342,18 @@ def describe_producers(obj: CliContext, topic: str, partition: int | None, as_js
     )
 
 
-def _setting(value: int | None, from_default: bool) -> str:
+def _cleanup(topic: TopicDescription) -> str:
+    """What happens to a topic's old records: retention, compaction or both."""
+    policy = topic.config.get("cleanup_policy", "delete")
+    compacted = "each key's latest record is kept by oncelog coordinator run (compaction)"
+    if policy == "compact":
+        return compacted
+    ms = topic.config["retention_ms"]
+    retention = _retention(ms if isinstance(ms, int) else None, "retention_ms" in topic.defaults)
+    return f"{retention}; {compacted}" if policy == "compact,delete" else retention
+
+
+def _setting(value: TopicSetting, from_default: bool) -> str:
     shown = "no limit" if value is None else str(value)
     return f"{shown} (default)" if from_default else shown
 

@@ -15,6 +15,14 @@ GRANT EXECUTE ON FUNCTION add_partitions_to_txn_v1(text, bigint, smallint, bigin
 REVOKE ALL ON FUNCTION append_batches_v2(bigint, smallint, text, bigint, text[], integer[], integer[], integer[], bytea[], bytea[], jsonb[], timestamp with time zone[], boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION alter_topic_config_v1(text, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION alter_topic_config_v1(text, jsonb) TO oncelog_admin;
+REVOKE ALL ON FUNCTION record_bytes_v1(bytea, bytea, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION ms_before_v1(timestamp with time zone, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION dirty_ratio_v1(bigint, bigint, bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION cleanable_end_v1(integer, integer, bigint, bigint, bigint, timestamp with time zone) FROM PUBLIC;
+REVOKE ALL ON FUNCTION compact_v1(text, integer, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION compact_v1(text, integer, boolean) TO oncelog_admin;
+REVOKE ALL ON FUNCTION compaction_status_v1(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION compaction_status_v1(text) TO oncelog_reader, oncelog_client, oncelog_admin;
 REVOKE ALL ON FUNCTION consistent_limits_v1(integer[], integer[], bigint[], bigint[], bigint[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION create_acl_v1(text, text, text, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION create_acl_v1(text, text, text, text, text) TO oncelog_admin;
@@ -114,7 +122,7 @@ GRANT EXECUTE ON FUNCTION produce_v2(text, integer, bigint, smallint, integer, b
 REVOKE ALL ON FUNCTION producer_window_push_v1(bigint, smallint, integer[], integer[], integer[], integer[], bigint[], timestamp with time zone) FROM PUBLIC;
 REVOKE ALL ON FUNCTION read_limits_v1(text[], integer[], bigint[], bigint[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION read_limits_v1(text[], integer[], bigint[], bigint[]) TO oncelog_reader, oncelog_client, oncelog_admin;
-REVOKE ALL ON FUNCTION records_partition_check_v1() FROM PUBLIC;
+REVOKE ALL ON FUNCTION records_insert_check_v2() FROM PUBLIC;
 REVOKE ALL ON FUNCTION reset_group_offsets_v1(text, text[], integer[], bigint[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION reset_group_offsets_v1(text, text[], integer[], bigint[]) TO oncelog_admin;
 REVOKE ALL ON FUNCTION server_now_v1() FROM PUBLIC;

@@ -112,10 +112,13 @@ BEGIN
     -- an earlier pass before retention was turned off); the min() probe is one index lookup. A
     -- topic without a retention of its own follows settings.log_retention_ms; -1 keeps its
     -- records for ever (revision 0025, Kafka's log.retention.ms and its -1).
+    -- A topic whose cleanup_policy is compact alone keeps its records for compaction to thin
+    -- (compact_v1), as Kafka's: time and size retention apply with delete among its policies.
     FOR pt IN
         SELECT p.topic_id, p.partition, p.log_start_offset, p.next_offset, p.log_bytes,
-               CASE WHEN t.retention_ms = -1 THEN NULL ELSE coalesce(t.retention_ms, s.log_retention_ms) END AS retention_ms,
-               t.retention_bytes
+               CASE WHEN t.retention_ms = -1 OR t.cleanup_policy = 'compact' THEN NULL
+                    ELSE coalesce(t.retention_ms, s.log_retention_ms) END AS retention_ms,
+               CASE WHEN t.cleanup_policy = 'compact' THEN NULL ELSE t.retention_bytes END AS retention_bytes
         FROM partitions p JOIN topics t USING (topic_id) CROSS JOIN settings s
         ORDER BY p.topic_id, p.partition
     LOOP
@@ -143,16 +146,22 @@ BEGIN
         END IF;
         v_start := least(v_start, pt.next_offset);
         IF v_start > pt.log_start_offset THEN
+            -- The partition row is locked first, in a statement of its own, so that the update
+            -- below reads the records as they are once it holds the lock: compaction (compact_v1)
+            -- deletes and counts under the same lock, and a snapshot taken before its commit
+            -- would count its deleted records a second time. DeleteRecords may have moved the
+            -- log start meanwhile; it never moves back.
+            PERFORM 1 FROM partitions p WHERE p.topic_id = pt.topic_id AND p.partition = pt.partition
+            FOR NO KEY UPDATE;
             -- A short update of the partition row: readers stop returning what is below it at
             -- once, and the live byte count drops by what left the log.
             UPDATE partitions p
-            SET log_start_offset = v_start,
+            SET log_start_offset = greatest(p.log_start_offset, v_start),
                 log_bytes = greatest(p.log_bytes - coalesce((
-                    SELECT sum(coalesce(octet_length(r.key), 0) + coalesce(octet_length(r.value), 0)
-                               + coalesce(octet_length(r.headers::text), 0))
+                    SELECT sum(record_bytes_v1(r.key, r.value, r.headers))
                     FROM records r
                     WHERE r.topic_id = pt.topic_id AND r.partition = pt.partition
-                      AND r."offset" >= pt.log_start_offset AND r."offset" < v_start), 0), 0)
+                      AND r."offset" >= p.log_start_offset AND r."offset" < v_start), 0), 0)
             WHERE p.topic_id = pt.topic_id AND p.partition = pt.partition;
         END IF;
         -- Delete at most p_batch records below the log start, oldest first; the caller repeats
@@ -175,7 +184,7 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION enforce_retention_v2(p_batch integer) IS
-  'Maintenance, at the server''s time (server_now_v1): advances each partition''s log start by its topic''s retention (time: its retention_ms, else settings.log_retention_ms, none for -1; size: retention_bytes) and deletes at most p_batch records per partition below it; returns the number deleted (call again until 0).';
+  'Maintenance, at the server''s time (server_now_v1): advances each partition''s log start by its topic''s retention (time: its retention_ms, else settings.log_retention_ms, none for -1; size: retention_bytes; neither for cleanup_policy compact alone) and deletes at most p_batch records per partition below it; returns the number deleted (call again until 0).';
 
 CREATE OR REPLACE FUNCTION expire_txn_history_v2(p_batch integer DEFAULT 10000)
  RETURNS integer

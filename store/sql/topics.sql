@@ -19,12 +19,20 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'OL104',
             MESSAGE = format('a topic needs 1 to 100000 partitions, not %s', p_partitions);
     END IF;
-    INSERT INTO topics (name, max_message_bytes, retention_ms, retention_bytes, message_timestamp_after_max_ms)
+    INSERT INTO topics (name, max_message_bytes, retention_ms, retention_bytes, message_timestamp_after_max_ms,
+                        cleanup_policy, min_compaction_lag_ms, max_compaction_lag_ms, delete_retention_ms,
+                        min_cleanable_dirty_ratio)
     VALUES (p_name,
             coalesce((v_config ->> 'max_message_bytes')::integer, 1048588),
             (v_config ->> 'retention_ms')::bigint,  -- NULL: settings.log_retention_ms (revision 0025)
             nullif((v_config ->> 'retention_bytes')::bigint, -1),
-            coalesce((v_config ->> 'message_timestamp_after_max_ms')::bigint, 3600000))
+            coalesce((v_config ->> 'message_timestamp_after_max_ms')::bigint, 3600000),
+            -- Kafka's defaults for the compaction settings (revision 0033).
+            coalesce(v_config ->> 'cleanup_policy', 'delete'),
+            coalesce((v_config ->> 'min_compaction_lag_ms')::bigint, 0),
+            (v_config ->> 'max_compaction_lag_ms')::bigint,  -- NULL: no limit
+            coalesce((v_config ->> 'delete_retention_ms')::bigint, 86400000),
+            coalesce((v_config ->> 'min_cleanable_dirty_ratio')::float8, 0.5))
     ON CONFLICT (name) DO NOTHING
     RETURNING topic_id INTO v_topic_id;
     IF v_topic_id IS NULL THEN
@@ -102,7 +110,21 @@ BEGIN
                                ELSE retention_bytes END,
         message_timestamp_after_max_ms = CASE WHEN v_config ? 'message_timestamp_after_max_ms'
                                               THEN coalesce((v_config ->> 'message_timestamp_after_max_ms')::bigint, 3600000)
-                                              ELSE message_timestamp_after_max_ms END
+                                              ELSE message_timestamp_after_max_ms END,
+        cleanup_policy = CASE WHEN v_config ? 'cleanup_policy' THEN coalesce(v_config ->> 'cleanup_policy', 'delete')
+                              ELSE cleanup_policy END,
+        min_compaction_lag_ms = CASE WHEN v_config ? 'min_compaction_lag_ms'
+                                     THEN coalesce((v_config ->> 'min_compaction_lag_ms')::bigint, 0)
+                                     ELSE min_compaction_lag_ms END,
+        max_compaction_lag_ms = CASE WHEN v_config ? 'max_compaction_lag_ms'
+                                     THEN (v_config ->> 'max_compaction_lag_ms')::bigint
+                                     ELSE max_compaction_lag_ms END,
+        delete_retention_ms = CASE WHEN v_config ? 'delete_retention_ms'
+                                   THEN coalesce((v_config ->> 'delete_retention_ms')::bigint, 86400000)
+                                   ELSE delete_retention_ms END,
+        min_cleanable_dirty_ratio = CASE WHEN v_config ? 'min_cleanable_dirty_ratio'
+                                         THEN coalesce((v_config ->> 'min_cleanable_dirty_ratio')::float8, 0.5)
+                                         ELSE min_cleanable_dirty_ratio END
     WHERE name = p_name;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown topic %L', p_name);
@@ -121,6 +143,7 @@ AS $fn$
 DECLARE
     k text;
     v jsonb;
+    v_out jsonb;
 BEGIN
     IF p_config IS NULL THEN
         RETURN '{}'::jsonb;
@@ -128,35 +151,58 @@ BEGIN
     IF jsonb_typeof(p_config) <> 'object' THEN
         RAISE EXCEPTION USING ERRCODE = 'OL001', MESSAGE = 'topic config must be a JSON object';
     END IF;
+    v_out := p_config;
     FOR k, v IN SELECT * FROM jsonb_each(p_config) LOOP
-        IF k NOT IN ('max_message_bytes', 'retention_ms', 'retention_bytes', 'message_timestamp_after_max_ms') THEN
+        IF k NOT IN ('max_message_bytes', 'retention_ms', 'retention_bytes', 'message_timestamp_after_max_ms',
+                     'cleanup_policy', 'min_compaction_lag_ms', 'max_compaction_lag_ms', 'delete_retention_ms',
+                     'min_cleanable_dirty_ratio') THEN
             RAISE EXCEPTION USING ERRCODE = 'OL001',
                 MESSAGE = format('unknown topic config %L (known: max_message_bytes, retention_ms, retention_bytes, '
-                                 'message_timestamp_after_max_ms)', k);
+                                 'message_timestamp_after_max_ms, cleanup_policy, min_compaction_lag_ms, '
+                                 'max_compaction_lag_ms, delete_retention_ms, min_cleanable_dirty_ratio)', k);
         END IF;
         IF jsonb_typeof(v) = 'null' OR (k IN ('retention_ms', 'retention_bytes') AND v::text = '-1') THEN
             CONTINUE;  -- the default; for retention, -1 is Kafka's "no limit" (revision 0025)
         END IF;
-        IF jsonb_typeof(v) <> 'number' OR v::text !~ '^[0-9]+$' OR v::numeric <= 0
-           OR (k = 'max_message_bytes' AND v::numeric > 2147483647)
-           OR v::numeric > 9223372036854775807 THEN
+        IF k = 'cleanup_policy' THEN
+            -- Kafka's list of policies, in either order, stored in one spelling (revision 0033).
+            IF jsonb_typeof(v) <> 'string'
+               OR replace(v #>> '{}', ' ', '') NOT IN ('delete', 'compact', 'compact,delete', 'delete,compact') THEN
+                RAISE EXCEPTION USING ERRCODE = 'OL001',
+                    MESSAGE = format('topic config cleanup_policy must be delete, compact or compact,delete, not %s', v);
+            END IF;
+            v_out := jsonb_set(v_out, '{cleanup_policy}',
+                               to_jsonb(CASE replace(v #>> '{}', ' ', '') WHEN 'delete,compact' THEN 'compact,delete'
+                                             ELSE replace(v #>> '{}', ' ', '') END));
+        ELSIF k = 'min_cleanable_dirty_ratio' THEN
+            IF jsonb_typeof(v) <> 'number' OR v::numeric < 0 OR v::numeric > 1 THEN
+                RAISE EXCEPTION USING ERRCODE = 'OL001',
+                    MESSAGE = format('topic config min_cleanable_dirty_ratio must be a number from 0 to 1, not %s', v);
+            END IF;
+        ELSIF jsonb_typeof(v) <> 'number' OR v::text !~ '^[0-9]+$'
+              OR (v::numeric = 0 AND k NOT IN ('min_compaction_lag_ms', 'delete_retention_ms'))
+              OR (k = 'max_message_bytes' AND v::numeric > 2147483647)
+              OR v::numeric > 9223372036854775807 THEN
             RAISE EXCEPTION USING ERRCODE = 'OL001',
-                MESSAGE = format('topic config %s must be a positive integer, not %s', k, v);
+                MESSAGE = format('topic config %s must be a %s integer, not %s', k,
+                                 CASE WHEN k IN ('min_compaction_lag_ms', 'delete_retention_ms') THEN 'non-negative'
+                                      ELSE 'positive' END, v);
         END IF;
     END LOOP;
-    RETURN p_config;
+    RETURN v_out;
 END
 $fn$;
 COMMENT ON FUNCTION topic_config_v1(p_config jsonb) IS
-  'Validates a topic configuration object (max_message_bytes, retention_ms, retention_bytes, message_timestamp_after_max_ms: positive integers or null; -1 too for the two retention keys); raises OL001.';
+  'Validates a topic configuration object and returns it with cleanup_policy in its one spelling: max_message_bytes, retention_ms, retention_bytes, message_timestamp_after_max_ms and max_compaction_lag_ms positive integers (-1 too for the two retention keys); min_compaction_lag_ms and delete_retention_ms non-negative integers; cleanup_policy delete, compact or compact,delete; min_cleanable_dirty_ratio from 0 to 1; null is the default. Raises OL001.';
 
-CREATE OR REPLACE FUNCTION records_partition_check_v1()
+CREATE OR REPLACE FUNCTION records_insert_check_v2()
  RETURNS trigger
  LANGUAGE plpgsql
  SET search_path FROM CURRENT
 AS $fn$
 DECLARE
     v_missing text;
+    v_topic text;
 BEGIN
     SELECT format('(%s, %s)', n.topic_id, n.partition) INTO v_missing
     FROM (SELECT DISTINCT topic_id, partition FROM new_records) n
@@ -166,11 +212,26 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
             MESSAGE = format('records for partition %s, which does not exist', v_missing);
     END IF;
+    -- A compacted topic keeps the latest record per key, so a record without one is refused, as
+    -- Kafka's broker refuses it. Here, in the one place every write path's rows pass (produce,
+    -- the outbox, appends of whole transactions), and only when some topic is compacted: the
+    -- probe of the small topics table is all other writes pay.
+    IF EXISTS (SELECT 1 FROM topics t WHERE t.cleanup_policy <> 'delete') THEN
+        SELECT t.name INTO v_topic FROM topics t
+        WHERE t.cleanup_policy <> 'delete'
+          AND t.topic_id IN (SELECT n.topic_id FROM new_records n WHERE n.key IS NULL AND n.control_type IS NULL)
+        LIMIT 1;
+        IF v_topic IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'OL107',
+                MESSAGE = format('topic %L is compacted (cleanup_policy %s): every record needs a key', v_topic,
+                                 (SELECT t.cleanup_policy FROM topics t WHERE t.name = v_topic));
+        END IF;
+    END IF;
     RETURN NULL;
 END
 $fn$;
-COMMENT ON FUNCTION records_partition_check_v1() IS
-  'Trigger: every inserted record belongs to an existing partition (checked once per statement).';
+COMMENT ON FUNCTION records_insert_check_v2() IS
+  'Trigger (once per statement): every inserted record belongs to an existing partition, and a data record for a compacted topic has a key (OL107).';
 
 CREATE OR REPLACE FUNCTION partitions_delete_records_v1()
  RETURNS trigger

@@ -939,17 +939,28 @@ def test_kafka_python_admin_creates_describes_and_deletes_topics(db_url: str, br
             admin.create_topics([NewTopic("audit", num_partitions=1, replication_factor=1)])
         with pytest.raises(Exception, match=r"(?i)config"):
             admin.create_topics(
-                [
-                    NewTopic(
-                        "compacted", num_partitions=1, replication_factor=1, topic_configs={"cleanup.policy": "compact"}
-                    )
-                ]
+                [NewTopic("segmented", num_partitions=1, replication_factor=1, topic_configs={"segment.bytes": "1"})]
             )
+        # A compacted topic (issue #22): a keyed record lands, a keyless one is refused as Kafka
+        # refuses it (INVALID_RECORD), and the refusal loses nothing else.
+        admin.create_topics(
+            [NewTopic("compacted", num_partitions=1, replication_factor=1, topic_configs={"cleanup.policy": "compact"})]
+        )
+        producer = KafkaProducer(bootstrap_servers=broker, retries=0)
+        try:
+            producer.send("compacted", b"v", key=b"k").get(timeout=30)
+            with pytest.raises(Exception, match=r"(?i)invalid.?record"):
+                producer.send("compacted", b"keyless").get(timeout=30)
+            producer.send("compacted", b"v2", key=b"k").get(timeout=30)
+        finally:
+            producer.close()
         admin.delete_topics(["audit"])
     finally:
         admin.close()
     with oncelog.Admin(db_url) as ours:
-        assert "audit" not in ours.list_topics() and "compacted" not in ours.list_topics()
+        assert "audit" not in ours.list_topics() and "segmented" not in ours.list_topics()
+        assert ours.describe_topic("compacted").config["cleanup_policy"] == "compact"
+        assert ours.list_offsets("compacted")[0].high_watermark == 2
 
 
 @pytest.mark.timeout(120)

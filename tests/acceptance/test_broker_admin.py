@@ -203,18 +203,40 @@ def test_partitions_and_configs_change_through_both_admin_clients(
         described = admin.describe_topic(TOPIC)
     assert (described.config["retention_ms"], described.config["retention_bytes"]) == (7000, None)
 
-    bad = CK.ConfigResource(
+    # Compaction's settings (issue #22), in Kafka's names and spellings.
+    compact = CK.ConfigResource(
         CK.ResourceType.TOPIC,
         TOPIC,
         incremental_configs=[
-            CK.ConfigEntry("cleanup.policy", "compact", incremental_operation=CK.AlterConfigOpType.SET)
+            CK.ConfigEntry("cleanup.policy", "delete,compact", incremental_operation=CK.AlterConfigOpType.SET),
+            CK.ConfigEntry("min.cleanable.dirty.ratio", "0.25", incremental_operation=CK.AlterConfigOpType.SET),
+            CK.ConfigEntry("max.compaction.lag.ms", str(2**63 - 1), incremental_operation=CK.AlterConfigOpType.SET),
         ],
     )
-    with pytest.raises(Exception, match=r"cleanup\.policy"):
-        for future in ck_admin.incremental_alter_configs([bad]).values():
-            future.result(30)
+    for future in ck_admin.incremental_alter_configs([compact]).values():
+        future.result(30)
     with oncelog.Admin(db_url) as admin:
-        assert admin.describe_topic(TOPIC).config["retention_ms"] == 7000  # the refusal changed nothing
+        config = admin.describe_topic(TOPIC).config
+    assert (config["cleanup_policy"], config["min_cleanable_dirty_ratio"]) == ("compact,delete", 0.25)
+    assert config["max_compaction_lag_ms"] is None  # Kafka's Long.MAX_VALUE is "no limit"
+    shown = ck_admin.describe_configs([CK.ConfigResource(CK.ResourceType.TOPIC, TOPIC)])
+    entries = next(iter(shown.values())).result(30)
+    assert entries["cleanup.policy"].value == "compact,delete"
+    assert entries["max.compaction.lag.ms"].value == str(2**63 - 1) and entries["max.compaction.lag.ms"].is_default
+    assert entries["delete.retention.ms"].value == "86400000" and entries["delete.retention.ms"].is_default
+
+    for name, value in (("segment.bytes", "1024"), ("cleanup.policy", "shred"), ("min.cleanable.dirty.ratio", "x")):
+        bad = CK.ConfigResource(
+            CK.ResourceType.TOPIC,
+            TOPIC,
+            incremental_configs=[CK.ConfigEntry(name, value, incremental_operation=CK.AlterConfigOpType.SET)],
+        )
+        with pytest.raises(Exception, match=r"segment\.bytes|cleanup_policy|min\.cleanable\.dirty\.ratio"):
+            for future in ck_admin.incremental_alter_configs([bad]).values():
+                future.result(30)
+    with oncelog.Admin(db_url) as admin:
+        config = admin.describe_topic(TOPIC).config
+    assert (config["retention_ms"], config["cleanup_policy"]) == (7000, "compact,delete")  # refusals changed nothing
 
 
 @pytest.mark.timeout(120)

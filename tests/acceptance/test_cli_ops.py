@@ -99,6 +99,11 @@ def test_topics_create_list_describe_alter_delete(db_url: str, engine: sa.Engine
         "retention_ms": 60000,
         "retention_bytes": None,
         "message_timestamp_after_max_ms": 3_600_000,
+        "cleanup_policy": "delete",
+        "min_compaction_lag_ms": 0,
+        "max_compaction_lag_ms": None,
+        "delete_retention_ms": 86_400_000,
+        "min_cleanable_dirty_ratio": 0.5,
     }
     assert rows(engine, "SELECT retention_ms FROM topics WHERE name = 'orders'") == [(60000,)]
     assert js(db_url, "topics", "create", "orders", "--if-not-exists")["created"] is False
@@ -163,6 +168,35 @@ def test_topics_create_list_describe_alter_delete(db_url: str, engine: sa.Engine
     assert rows(engine, "SELECT count(*) FROM topics WHERE name = 'audit'") == [(1,)]
     assert js(db_url, "topics", "delete", "audit", "--yes") == {"deleted": "audit"}
     assert rows(engine, "SELECT name FROM topics ORDER BY name") == [("orders",)]
+
+
+def test_a_compacted_topic_from_the_command_line(db_url: str, engine: sa.Engine) -> None:
+    """Created with Kafka's names, refused a keyless line before anything is sent, compacted on
+    demand, and described with its clean section."""
+    created = js(
+        db_url, "topics", "create", "prices", "-c", "cleanup.policy=compact", "-c", "min.cleanable.dirty.ratio=0.2"
+    )
+    assert (created["topic"]["config"]["cleanup_policy"], created["topic"]["config"]["min_cleanable_dirty_ratio"]) == (
+        "compact",
+        0.2,
+    )
+    fails(db_url, "produce", "prices", input="1\n", match="every record needs a key")
+    assert rows(engine, "SELECT count(*) FROM records") == [(0,)]
+    ok(db_url, "produce", "prices", "--key-separator", ":", input="a:1\nb:1\na:2\na:3\n")
+    done = js(db_url, "topics", "compact", "prices")
+    assert (done["removed"], done["examined"], done["partitions"]) == (2, 4, [0])
+    described = js(db_url, "topics", "describe", "prices")
+    assert (described["partitions"][0]["clean_offset"], described["partitions"][0]["removed_records"]) == (4, 2)
+    shown = ok(db_url, "topics", "describe", "prices")
+    assert "clean to" in shown and "dirty ratio" in shown
+    assert "compacted 0 partition(s)" in ok(db_url, "topics", "compact", "prices")
+    fails(db_url, "topics", "alter", "prices", "-c", "cleanup.policy=shred", match="cleanup_policy must be")
+    fails(db_url, "topics", "alter", "prices", "-c", "min.cleanable.dirty.ratio=most", match="must be a number")
+    assert "each key's latest record is kept" in ok(
+        db_url, "topics", "create", "plain", "-c", "cleanup.policy=compact,delete"
+    )
+    ok(db_url, "topics", "alter", "plain", "-c", "cleanup.policy=delete")
+    fails(db_url, "topics", "compact", "plain", match="not compacted")
 
 
 # --- produce -------------------------------------------------------------------------------------

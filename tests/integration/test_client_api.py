@@ -338,6 +338,11 @@ def test_admin_topics(admin: Admin) -> None:
         "retention_ms": 60_000,
         "retention_bytes": None,
         "message_timestamp_after_max_ms": 3_600_000,
+        "cleanup_policy": "delete",
+        "min_compaction_lag_ms": 0,
+        "max_compaction_lag_ms": None,
+        "delete_retention_ms": 86_400_000,
+        "min_cleanable_dirty_ratio": 0.5,
     }
     assert desc.defaults == frozenset()
     # Reset: the topic follows the store-wide default (Kafka's 7 days); -1 keeps records for ever.
@@ -355,7 +360,7 @@ def test_admin_topics(admin: Admin) -> None:
     with pytest.raises(errors.InvalidPartitionsError):
         admin.create_partitions("a.b_c-1", 2)
     with pytest.raises(errors.ConfigurationError):
-        admin.create_topic("x", config={"cleanup.policy": "compact"})  # type: ignore[dict-item]
+        admin.create_topic("x", config={"cleanup.policy": "compact"})
     with pytest.raises(errors.ConfigurationError):
         admin.alter_topic_config("a.b_c-1", {"retention_ms": -5})
     admin.delete_topic("a.b_c-1")

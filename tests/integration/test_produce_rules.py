@@ -32,6 +32,14 @@ from oncelog.store.records import (
 from tests.support.clock import server_time
 
 T = "events"
+#: What a topic created without compaction settings has (migration 0033: Kafka's defaults).
+COMPACTION_DEFAULTS: dict[str, object] = {
+    "cleanup_policy": "delete",
+    "min_compaction_lag_ms": 0,
+    "max_compaction_lag_ms": None,
+    "delete_retention_ms": 86_400_000,
+    "min_cleanable_dirty_ratio": 0.5,
+}
 MAX_SEQ = 2147483647
 DEFAULT_MAX_MESSAGE_BYTES = 1048588
 #: settings.log_retention_ms: the retention of a topic without its own (Kafka's 7 days, revision 0025).
@@ -721,6 +729,11 @@ def test_invalid_partition_counts(conn: sa.Connection, n: int) -> None:
         {"retention_bytes": True},
         {"max_message_bytes": 2**31},
         {"retention_ms": 2**63},
+        {"cleanup_policy": "compact,compact"},
+        {"cleanup_policy": ["compact"]},
+        {"min_cleanable_dirty_ratio": -0.1},
+        {"min_cleanable_dirty_ratio": True},
+        {"delete_retention_ms": -1},
     ],
 )
 def test_invalid_topic_configs(conn: sa.Connection, config: dict[str, Any]) -> None:
@@ -729,12 +742,16 @@ def test_invalid_topic_configs(conn: sa.Connection, config: dict[str, Any]) -> N
     assert "other" not in topics.list_topics(conn)
     with pytest.raises(errors.ConfigurationError):
         topics.alter_topic_config(conn, name=T, config=config)
-    assert topics.describe_topic(conn, name=T).config == {
-        "max_message_bytes": DEFAULT_MAX_MESSAGE_BYTES,
-        "retention_ms": DEFAULT_RETENTION_MS,
-        "retention_bytes": None,
-        "message_timestamp_after_max_ms": 3_600_000,
-    }
+    assert (
+        topics.describe_topic(conn, name=T).config
+        == {
+            "max_message_bytes": DEFAULT_MAX_MESSAGE_BYTES,
+            "retention_ms": DEFAULT_RETENTION_MS,
+            "retention_bytes": None,
+            "message_timestamp_after_max_ms": 3_600_000,
+        }
+        | COMPACTION_DEFAULTS
+    )
 
 
 def test_create_partitions_only_grows(conn: sa.Connection) -> None:
@@ -787,35 +804,47 @@ def test_delete_topic_removes_its_records_and_producer_state(conn: sa.Connection
 
 def test_alter_config_and_reset_with_none(conn: sa.Connection) -> None:
     topics.alter_topic_config(conn, name=T, config={"max_message_bytes": 10, "retention_ms": 5000})
-    assert topics.describe_topic(conn, name=T).config == {
-        "max_message_bytes": 10,
-        "retention_ms": 5000,
-        "retention_bytes": None,
-        "message_timestamp_after_max_ms": 3_600_000,
-    }
+    assert (
+        topics.describe_topic(conn, name=T).config
+        == {
+            "max_message_bytes": 10,
+            "retention_ms": 5000,
+            "retention_bytes": None,
+            "message_timestamp_after_max_ms": 3_600_000,
+        }
+        | COMPACTION_DEFAULTS
+    )
     assert topics.topic_metadata(conn, name=T).max_message_bytes == 10
     with pytest.raises(errors.RecordTooLargeError):
         send(conn, None, None, None, recs(b"x" * 11))
     send(conn, None, None, None, recs(b"x" * 10))
     # Keys absent from the change keep their values.
     topics.alter_topic_config(conn, name=T, config={"retention_bytes": 1 << 40})
-    assert topics.describe_topic(conn, name=T).config == {
-        "max_message_bytes": 10,
-        "retention_ms": 5000,
-        "retention_bytes": 1 << 40,
-        "message_timestamp_after_max_ms": 3_600_000,
-    }
+    assert (
+        topics.describe_topic(conn, name=T).config
+        == {
+            "max_message_bytes": 10,
+            "retention_ms": 5000,
+            "retention_bytes": 1 << 40,
+            "message_timestamp_after_max_ms": 3_600_000,
+        }
+        | COMPACTION_DEFAULTS
+    )
     # None resets: the default size limit, the store-wide retention (7 days), no size limit.
     topics.alter_topic_config(
         conn, name=T, config={"max_message_bytes": None, "retention_ms": None, "retention_bytes": None}
     )
     reset = topics.describe_topic(conn, name=T)
-    assert reset.config == {
-        "max_message_bytes": DEFAULT_MAX_MESSAGE_BYTES,
-        "retention_ms": DEFAULT_RETENTION_MS,
-        "retention_bytes": None,
-        "message_timestamp_after_max_ms": 3_600_000,
-    }
+    assert (
+        reset.config
+        == {
+            "max_message_bytes": DEFAULT_MAX_MESSAGE_BYTES,
+            "retention_ms": DEFAULT_RETENTION_MS,
+            "retention_bytes": None,
+            "message_timestamp_after_max_ms": 3_600_000,
+        }
+        | COMPACTION_DEFAULTS
+    )
     assert reset.defaults == {"retention_ms"}
     send(conn, None, None, None, recs(b"x" * 11))
     with pytest.raises(errors.UnknownTopicOrPartitionError):
@@ -827,12 +856,16 @@ def test_create_with_config_and_describe_and_list(conn: sa.Connection) -> None:
     d = topics.describe_topic(conn, name="cfg")
     assert d.topic_id == tid
     assert d.name == "cfg"
-    assert d.config == {
-        "max_message_bytes": DEFAULT_MAX_MESSAGE_BYTES,
-        "retention_ms": DEFAULT_RETENTION_MS,
-        "retention_bytes": 1000,
-        "message_timestamp_after_max_ms": 3_600_000,
-    }
+    assert (
+        d.config
+        == {
+            "max_message_bytes": DEFAULT_MAX_MESSAGE_BYTES,
+            "retention_ms": DEFAULT_RETENTION_MS,
+            "retention_bytes": 1000,
+            "message_timestamp_after_max_ms": 3_600_000,
+        }
+        | COMPACTION_DEFAULTS
+    )
     assert [(p.partition, p.log_start_offset, p.high_watermark) for p in d.partitions] == [
         (0, 0, 0),
         (1, 0, 0),

@@ -38,7 +38,7 @@ COMMENT ON VIEW freeze_probe IS 'a new view';
 COMMENT ON COLUMN freeze_probe.quoted IS 'a column comment';
 GRANT SELECT ON freeze_probe TO oncelog_reader;
 COMMENT ON VIEW partition_offsets IS 'comment changed';
-COMMENT ON TRIGGER records_partition_check ON records IS 'comment changed';
+COMMENT ON TRIGGER records_insert_check ON records IS 'comment changed';
 CREATE TRIGGER freeze_probe_guard BEFORE UPDATE ON clock FOR EACH ROW EXECUTE FUNCTION txn_history_guard_v1();
 ALTER POLICY txn_history_acl ON txn_history TO oncelog_reader, oncelog_admin USING (false);
 GRANT SELECT ON groups TO oncelog_reader;
@@ -90,7 +90,7 @@ def test_frozen_statements_take_head_to_the_edited_state_and_back(two_heads: tup
                 "view freeze_probe",
                 "view partition_offsets",
                 "trigger freeze_probe_guard",
-                "trigger records_partition_check",
+                "trigger records_insert_check",
                 "policy txn_history_acl",
                 "grants on groups",
                 "grants on partitions",

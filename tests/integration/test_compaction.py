@@ -1,0 +1,441 @@
+"""Compacted topics (migration 0033, issue #22): what compaction keeps and removes, the parts of
+the log it never touches (the last stable offset, min_compaction_lag_ms), tombstones and markers
+past delete_retention_ms, keyless records refused on every write path, who may run it, and that
+its byte count holds against retention, DeleteRecords and appends racing it, on a real PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from oncelog import Admin, Producer, errors
+from oncelog.aio import Admin as AsyncAdmin
+from oncelog.store import compaction, create_engine, log, topics, txn
+from oncelog.store.records import FetchedRecord, RecordIn
+from oncelog.types import AclBinding
+from tests.support.clock import server_time
+from tests.support.roles import login_roles
+
+TOPIC = "table"
+DAY_MS = 86_400_000
+
+
+@pytest.fixture
+def admin(db_url: str) -> Iterator[Admin]:
+    with Admin(db_url) as a:
+        a.create_topic(TOPIC, partitions=2, config={"cleanup_policy": "compact"})
+        yield a
+
+
+def write(conn: sa.Connection, pairs: list[tuple[bytes | None, bytes | None]], partition: int = 0) -> list[int]:
+    """Append (key, value) records in one batch; their offsets."""
+    done = log.produce(conn, topic=TOPIC, partition=partition, records=[RecordIn(value=v, key=k) for k, v in pairs])
+    return list(range(done.base_offset, done.base_offset + len(pairs)))
+
+
+class Txn:
+    """One transactional id driven through the store's functions."""
+
+    def __init__(self, conn: sa.Connection, tid: str) -> None:
+        self.conn, self.tid = conn, tid
+        ident = txn.init_producer_id(conn, transactional_id=tid, transaction_timeout_ms=600_000)
+        self.pid, self.epoch, self.number = ident.producer_id, ident.epoch, ident.txn_number
+        self.seq: dict[int, int] = {}
+
+    def write(self, pairs: list[tuple[bytes | None, bytes | None]], partition: int = 0) -> None:
+        seq = self.seq.get(partition, 0)
+        log.produce(
+            self.conn,
+            topic=TOPIC,
+            partition=partition,
+            records=[RecordIn(value=v, key=k) for k, v in pairs],
+            producer_id=self.pid,
+            producer_epoch=self.epoch,
+            base_sequence=seq,
+            transactional_id=self.tid,
+            txn_number=self.number + 1,
+        )
+        self.seq[partition] = seq + len(pairs)
+
+    def end(self, commit: bool) -> None:
+        txn.end_txn(
+            self.conn,
+            transactional_id=self.tid,
+            producer_id=self.pid,
+            epoch=self.epoch,
+            txn_number=self.number + 1,
+            commit=commit,
+        )
+        self.number += 1
+
+
+def read(conn: sa.Connection, partition: int = 0, committed: bool = True) -> list[FetchedRecord]:
+    """Every record a reader from the log start sees, stepping over holes."""
+    start = {p.partition: p for p in log.list_offsets(conn, topic=TOPIC)}[partition].log_start_offset
+    out: list[FetchedRecord] = []
+    at = start
+    while True:
+        got = log.fetch_many(conn, {(TOPIC, partition): at}, max_records=1000, read_committed=committed)[
+            (TOPIC, partition)
+        ]
+        assert got.error is None, got.error
+        if got.records:
+            out += got.records
+            at = got.records[-1].offset + 1
+        elif got.read_limit is not None and at < got.read_limit:
+            at = got.read_limit
+        else:
+            return out
+
+
+def stored(conn: sa.Connection, partition: int = 0) -> list[tuple[int, bytes | None, str | None]]:
+    """The partition's rows as the table holds them: (offset, key, control type)."""
+    rows = conn.exec_driver_sql(
+        "SELECT r.offset, r.key, r.control_type FROM records r JOIN topics t USING (topic_id) "
+        "WHERE t.name = %(t)s AND r.partition = %(p)s ORDER BY r.offset",
+        {"t": TOPIC, "p": partition},
+    ).all()
+    return [(int(o), None if k is None else bytes(k), c) for o, k, c in rows]
+
+
+def log_bytes_agree(conn: sa.Connection) -> None:
+    """partitions.log_bytes equals the bytes of the live records, partition by partition."""
+    rows = conn.exec_driver_sql(
+        "SELECT p.partition, p.log_bytes, coalesce((SELECT sum(record_bytes_v1(r.key, r.value, r.headers)) "
+        "FROM records r WHERE r.topic_id = p.topic_id AND r.partition = p.partition "
+        "AND r.offset >= p.log_start_offset), 0) FROM partitions p JOIN topics t USING (topic_id) "
+        "WHERE t.name = %(t)s ORDER BY 1",
+        {"t": TOPIC},
+    ).all()
+    for partition, counted, actual in rows:
+        assert counted == actual, f"partition {partition}: log_bytes {counted}, records hold {actual}"
+
+
+def latest(records: list[FetchedRecord]) -> dict[bytes, tuple[int, bytes | None]]:
+    out: dict[bytes, tuple[int, bytes | None]] = {}
+    for r in records:
+        assert r.key is not None
+        out[r.key] = (r.offset, r.value)
+    return out
+
+
+def test_compaction_keeps_each_keys_latest_record_at_its_offset(admin: Admin, conn: sa.Connection) -> None:
+    offsets = write(conn, [(b"a", b"1"), (b"b", b"1"), (b"a", b"2"), (b"c", b"1"), (b"b", None), (b"a", b"3")])
+    before = read(conn)
+    done = admin.compact(TOPIC, force=True)
+    after = read(conn)
+    # Each key's last record stays where it was: offsets are never renumbered.
+    assert [(r.offset, r.key, r.value) for r in after] == [
+        (offsets[3], b"c", b"1"),
+        (offsets[4], b"b", None),
+        (offsets[5], b"a", b"3"),
+    ]
+    assert latest(after) == latest(before)
+    assert done.removed == 3 and done.examined == 6
+    assert done.removed_bytes == 3 * 2  # three one-byte keys with one-byte values
+    log_bytes_agree(conn)
+    status = {s.partition: s for s in admin.compaction_status(TOPIC)}
+    assert status[0].clean_offset == offsets[-1] + 1 and status[0].removed_records == 3
+    assert status[0].dirty_ratio == 0.0 and status[1].removed_records == 0
+    # The next round finds nothing to do; new records of a key replace the clean one.
+    assert admin.compact(TOPIC, force=True).passes == []
+    more = write(conn, [(b"c", b"2")])
+    admin.compact(TOPIC, force=True)
+    assert [(r.offset, r.key) for r in read(conn)] == [(offsets[4], b"b"), (offsets[5], b"a"), (more[0], b"c")]
+    log_bytes_agree(conn)
+
+
+def test_small_batches_reach_the_same_log(admin: Admin, conn: sa.Connection) -> None:
+    pairs: list[tuple[bytes | None, bytes | None]] = [(b"k%d" % (i % 7), b"v%d" % i) for i in range(100)]
+    write(conn, pairs)
+    want = latest(read(conn))
+    done = admin.compact(TOPIC, batch=9, force=True)
+    assert len(done.passes) >= 100 // 9
+    assert latest(read(conn)) == want and len(read(conn)) == 7
+    log_bytes_agree(conn)
+
+
+def test_without_force_only_a_dirty_enough_partition_is_compacted(admin: Admin, conn: sa.Connection) -> None:
+    write(conn, [(b"a", b"1"), (b"a", b"2")])
+    admin.compact(TOPIC, force=True)
+    # 1 dirty record against 1 clean one: a ratio of 0.5, the default threshold.
+    write(conn, [(b"b", b"1")])
+    admin.alter_topic_config(TOPIC, {"min_cleanable_dirty_ratio": 0.9})
+    assert admin.compact(TOPIC, force=False).passes == []
+    admin.alter_topic_config(TOPIC, {"min_cleanable_dirty_ratio": None})  # back to 0.5
+    assert admin.compact(TOPIC, force=False).passes != []
+    # max_compaction_lag_ms forces a pass below the ratio once the oldest dirty record is that old.
+    write(conn, [(b"c", b"1")])
+    admin.alter_topic_config(TOPIC, {"min_cleanable_dirty_ratio": 0.99, "max_compaction_lag_ms": 60_000})
+    assert admin.compact(TOPIC, force=False).passes == []
+    with server_time(conn, datetime.now(UTC) + timedelta(minutes=2)):
+        assert [p.partition for p in admin.compact(TOPIC, force=False).passes] == [0]
+
+
+def test_nothing_at_or_past_the_last_stable_offset_is_touched(admin: Admin, conn: sa.Connection) -> None:
+    write(conn, [(b"a", b"1"), (b"b", b"1")])
+    open_txn = Txn(conn, "t-open")
+    open_txn.write([(b"a", b"txn")])
+    behind = write(conn, [(b"a", b"2"), (b"b", b"2"), (b"a", b"3")])
+    rows_before = stored(conn)
+    admin.compact(TOPIC, force=True)
+    # Below the open transaction's first offset both keys had one record: nothing to remove.
+    assert stored(conn) == rows_before
+    open_txn.end(commit=True)
+    admin.compact(TOPIC, force=True)
+    assert [(r.offset, r.key, r.value) for r in read(conn)] == [(behind[1], b"b", b"2"), (behind[2], b"a", b"3")]
+    log_bytes_agree(conn)
+
+
+def test_aborted_records_go_at_once_and_markers_after_the_delete_retention(admin: Admin, conn: sa.Connection) -> None:
+    admin.alter_topic_config(TOPIC, {"delete_retention_ms": DAY_MS})
+    t = Txn(conn, "t")
+    t.write([(b"a", b"aborted")])
+    t.end(commit=False)
+    t.write([(b"b", b"kept"), (b"b", b"kept-2")])
+    t.end(commit=True)
+    write(conn, [(b"c", None)])  # a tombstone
+    kinds_before = [c for _, _, c in stored(conn)]
+    assert kinds_before == [None, "abort", None, None, "commit", None]
+    now = datetime.now(UTC)
+    with server_time(conn, now):
+        admin.compact(TOPIC, force=True)
+    # The aborted record and b's first record are gone; markers and the tombstone stay a day.
+    assert [(k, c) for _, k, c in stored(conn)] == [(None, "abort"), (b"b", None), (None, "commit"), (b"c", None)]
+    with server_time(conn, now + timedelta(hours=23)):
+        assert admin.compact(TOPIC, force=True).passes == []
+    with server_time(conn, now + timedelta(days=1, seconds=1)):
+        done = admin.compact(TOPIC, force=True)
+    # The abort marker and the tombstone go; the commit marker stays while its record does.
+    assert [(k, c) for _, k, c in stored(conn)] == [(b"b", None), (None, "commit")]
+    assert done.removed == 2
+    assert [(r.key, r.value) for r in read(conn)] == [(b"b", b"kept-2")]
+    # Once b's record is superseded (and that pass is a day old), its commit marker goes too.
+    later = write(conn, [(b"b", b"plain")])
+    with server_time(conn, now + timedelta(days=2)):
+        admin.compact(TOPIC, force=True)
+    with server_time(conn, now + timedelta(days=3, seconds=2)):
+        admin.compact(TOPIC, force=True)
+    assert stored(conn) == [(later[0], b"b", None)]
+    log_bytes_agree(conn)
+
+
+def test_min_compaction_lag_leaves_young_records_alone(admin: Admin, conn: sa.Connection) -> None:
+    admin.alter_topic_config(TOPIC, {"min_compaction_lag_ms": 3_600_000})
+    write(conn, [(b"a", b"1"), (b"a", b"2"), (b"a", b"3")])
+    assert admin.compact(TOPIC, force=True).passes == []
+    assert len(stored(conn)) == 3
+    with server_time(conn, datetime.now(UTC) + timedelta(hours=2)):
+        admin.compact(TOPIC, force=True)
+    assert [k for _, k, _ in stored(conn)] == [b"a"]
+
+
+def test_a_compacted_topic_refuses_records_without_a_key(admin: Admin, conn: sa.Connection, db_url: str) -> None:
+    with pytest.raises(errors.InvalidRecordError, match="compacted"):
+        write(conn, [(b"a", b"1"), (None, b"keyless")])
+    assert stored(conn) == []
+    # The producer's batch fails alone; the next one (with a key) lands.
+    with Producer(db_url) as producer:
+        refused = producer.send(TOPIC, b"keyless", partition=0)
+        with pytest.raises(errors.InvalidRecordError):
+            refused.get(timeout=30)
+        producer.send(TOPIC, b"v", key=b"k", partition=0).get(timeout=30)
+    assert [(k, c) for _, k, c in stored(conn)] == [(b"k", None)]
+    # A topic with the delete policy takes them, and one altered to compact refuses them.
+    admin.create_topic("plain", config={"cleanup_policy": "delete"})
+    log.produce(conn, topic="plain", partition=0, records=[RecordIn(value=b"x")])
+    admin.alter_topic_config("plain", {"cleanup_policy": "compact,delete"})
+    with pytest.raises(errors.InvalidRecordError):
+        log.produce(conn, topic="plain", partition=0, records=[RecordIn(value=b"x")])
+
+
+def test_keyless_records_written_before_the_topic_was_compacted_are_removed(admin: Admin, conn: sa.Connection) -> None:
+    admin.create_topic("was-plain")
+    log.produce(conn, topic="was-plain", partition=0, records=[RecordIn(value=b"x"), RecordIn(value=b"y", key=b"k")])
+    with pytest.raises(errors.ConfigurationError, match="not compacted"):
+        admin.compact("was-plain", force=True)
+    admin.alter_topic_config("was-plain", {"cleanup_policy": "compact"})
+    assert admin.compact("was-plain", force=True).removed == 1
+
+
+def test_settings_are_checked_and_described(admin: Admin) -> None:
+    described = admin.describe_topic(TOPIC).config
+    assert described["cleanup_policy"] == "compact"
+    assert described["min_compaction_lag_ms"] == 0 and described["max_compaction_lag_ms"] is None
+    assert described["delete_retention_ms"] == DAY_MS and described["min_cleanable_dirty_ratio"] == 0.5
+    admin.alter_topic_config(TOPIC, {"cleanup_policy": "delete, compact"})
+    assert admin.describe_topic(TOPIC).config["cleanup_policy"] == "compact,delete"
+    for bad in (
+        {"cleanup_policy": "shred"},
+        {"cleanup_policy": 1},
+        {"min_cleanable_dirty_ratio": 1.5},
+        {"min_cleanable_dirty_ratio": "half"},
+        {"min_compaction_lag_ms": -1},
+        {"max_compaction_lag_ms": 0},
+        {"delete_retention_ms": 1.5},
+    ):
+        with pytest.raises(errors.ConfigurationError):
+            admin.alter_topic_config(TOPIC, bad)
+    with pytest.raises(errors.ConfigurationError):
+        admin.alter_topic_config(TOPIC, {"min_cleanable_dirty_ratio": float("nan")})
+    assert admin.describe_topic(TOPIC).config["cleanup_policy"] == "compact,delete"
+
+
+def test_retention_leaves_a_topic_that_is_only_compacted(admin: Admin, conn: sa.Connection) -> None:
+    admin.alter_topic_config(TOPIC, {"retention_ms": 1000})
+    write(conn, [(b"a", b"1")])
+    with server_time(conn, datetime.now(UTC) + timedelta(hours=1)):
+        assert admin.enforce_retention() == 0
+        admin.alter_topic_config(TOPIC, {"cleanup_policy": "compact,delete"})
+        assert admin.enforce_retention() == 1
+
+
+def test_only_the_admin_compacts_and_describe_needs_the_acl(admin: Admin, engine: sa.Engine, db_url: str) -> None:
+    with login_roles(engine, db_url, kinds=("client",)) as urls:
+        client = create_engine(urls["client"], isolation_level="AUTOCOMMIT")
+        try:
+            with client.connect() as c:
+                with pytest.raises(errors.AuthorizationError):
+                    compaction.compact(c, topic=TOPIC, force=True)
+                with pytest.raises(errors.TopicAuthorizationError):
+                    compaction.compaction_status(c, topic=TOPIC)
+                role = str(c.exec_driver_sql("SELECT current_user").scalar_one())
+                admin.create_acls([AclBinding(role, "topic", TOPIC, "describe")])
+                assert len(compaction.compaction_status(c, topic=TOPIC)) == 2
+                with pytest.raises(errors.AuthorizationError):
+                    compaction.compact(c, topic=TOPIC, force=True)
+        finally:
+            client.dispose()
+
+
+def test_bad_arguments_are_refused(admin: Admin, conn: sa.Connection) -> None:
+    with pytest.raises(errors.UnknownTopicOrPartitionError):
+        compaction.compact(conn, topic="nope")
+    for batch in (0, -1, 10_000_001):
+        with pytest.raises(errors.InvalidRequestError):
+            compaction.compact(conn, topic=TOPIC, batch=batch)
+    with pytest.raises(errors.InvalidRequestError):
+        admin.compact(TOPIC, batch=0)
+
+
+def test_huge_settings_do_not_overflow(admin: Admin, conn: sa.Connection) -> None:
+    biggest = 2**63 - 1
+    admin.alter_topic_config(
+        TOPIC,
+        {"min_compaction_lag_ms": biggest, "max_compaction_lag_ms": biggest, "delete_retention_ms": biggest},
+    )
+    write(conn, [(b"a", b"1"), (b"a", b"2")])
+    assert admin.compact(TOPIC, force=True).passes == []  # every record is "young"
+    admin.alter_topic_config(TOPIC, {"min_compaction_lag_ms": 0, "min_cleanable_dirty_ratio": 1})
+    assert admin.compact(TOPIC, force=False).removed == 1  # all dirty: a ratio of 1
+    write(conn, [(b"b", b"1")])
+    # Half dirty, below the ratio: only max_compaction_lag_ms (never, here) could force a pass.
+    assert admin.compact(TOPIC, force=False).passes == []
+    assert admin.compact(TOPIC, force=True).removed == 0
+
+
+def test_byte_count_holds_against_appends_retention_and_delete_records_racing_it(
+    admin: Admin, db_url: str, conn: sa.Connection
+) -> None:
+    """Compaction, appends, DeleteRecords and retention on the same partitions from four threads:
+    afterwards each partition's log_bytes equals its live records' bytes, and a reader from the
+    log start sees each key's latest value (of those the log start left)."""
+    admin.alter_topic_config(TOPIC, {"cleanup_policy": "compact,delete", "retention_bytes": 40_000})
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def loop(body: object) -> None:
+        assert callable(body)
+        engine = create_engine(db_url, isolation_level="AUTOCOMMIT")
+        try:
+            with engine.connect() as c:
+                n = 0
+                while not stop.is_set():
+                    body(c, n)
+                    n += 1
+        except BaseException as exc:  # reported by the test thread
+            failures.append(exc)
+        finally:
+            engine.dispose()
+
+    def append(c: sa.Connection, n: int) -> None:
+        for partition in (0, 1):
+            log.produce(
+                c,
+                topic=TOPIC,
+                partition=partition,
+                records=[RecordIn(value=b"v%05d" % (n * 10 + i), key=b"k%02d" % ((n + i) % 40)) for i in range(10)],
+            )
+
+    def clean(c: sa.Connection, n: int) -> None:
+        compaction.compact(c, topic=TOPIC, batch=37, force=True)
+
+    def retain(c: sa.Connection, n: int) -> None:
+        log.enforce_retention(c, batch=50)
+
+    def delete_some(c: sa.Connection, n: int) -> None:
+        ends = {p.partition: p.high_watermark for p in log.list_offsets(c, topic=TOPIC)}
+        if n % 5 == 4:
+            topics.delete_records(c, name=TOPIC, offsets={p: max(hw - 300, 0) for p, hw in ends.items()})
+
+    threads = [threading.Thread(target=loop, args=(f,)) for f in (append, clean, retain, delete_some)]
+    for t in threads:
+        t.start()
+    deadline = datetime.now(UTC) + timedelta(seconds=60)
+    while datetime.now(UTC) < deadline and not failures:
+        rows = conn.exec_driver_sql(
+            "SELECT sum(s.removed_records) FROM cleaner_state s JOIN topics t USING (topic_id) WHERE t.name = %(t)s",
+            {"t": TOPIC},
+        ).scalar_one()
+        if rows is not None and rows >= 8000:
+            break
+        stop.wait(0.2)
+    stop.set()
+    for t in threads:
+        t.join(timeout=120)
+    assert not failures, failures
+    log_bytes_agree(conn)
+    admin.compact(TOPIC, force=True)
+    log_bytes_agree(conn)
+    for partition in (0, 1):
+        seen = read(conn, partition)
+        keys = [r.key for r in seen]
+        assert len(keys) == len(set(keys)), "a key twice after a full compaction"
+
+
+def test_the_asyncio_admin_compacts(admin: Admin, conn: sa.Connection, db_url: str) -> None:
+    write(conn, [(b"a", b"1"), (b"a", b"2")])
+
+    async def main() -> tuple[int, float]:
+        async with AsyncAdmin(db_url) as aio_admin:
+            done = await aio_admin.compact(TOPIC, force=True)
+            status = await aio_admin.compaction_status(TOPIC)
+        return done.removed, status[0].dirty_ratio
+
+    assert asyncio.run(main()) == (1, 0.0)
+
+
+def test_a_transaction_with_a_keyless_record_aborts_and_the_next_one_commits(
+    admin: Admin, conn: sa.Connection, db_url: str
+) -> None:
+    with Producer(db_url, transactional_id="keyless") as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(TOPIC, b"kept-out", key=b"k", partition=0)
+        refused = producer.send(TOPIC, b"keyless", partition=0)
+        # As Kafka's INVALID_RECORD in a transaction: the batch fails, the transaction must abort.
+        with pytest.raises(errors.TransactionAbortableError, match="every record needs a key"):
+            producer.commit_transaction()
+        with pytest.raises(errors.InvalidRecordError):
+            refused.get(timeout=5)
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send(TOPIC, b"v", key=b"k", partition=0)
+        producer.commit_transaction()
+    assert [(r.key, r.value) for r in read(conn)] == [(b"k", b"v")]
