@@ -162,25 +162,29 @@ class Admin(Client):
         Without ``force`` a partition is compacted when its dirty ratio reaches
         min_cleanable_dirty_ratio, or its oldest dirty record max_compaction_lag_ms, as Kafka's
         cleaner; with ``force``, whenever it has anything to clean. Stops when nothing needs a pass,
-        or when a partition whose work was done comes round again (new records keep arriving: the
-        next call takes them), so it ends under any write load. ConfigurationError when ``topic`` is
-        not compacted."""
+        or when a partition comes round again after its clean section reached the end it had when
+        first met (records written since are the next call's), so it ends under any write load.
+        ConfigurationError when ``topic`` is not compacted."""
         if topic is not None:
             _topic(topic)
         validate.integer("batch", batch, low=1, high=10_000_000, error=errors.InvalidRequestError)
         passes: list[compaction.CompactionPass] = []
-        finished: set[tuple[str, int]] = set()
+        # Each partition's end when first met: a partition is done once its clean section reaches
+        # it, or a pass finds nothing more; meeting a done partition again ends the run.
+        targets: dict[tuple[str, int], int] = {}
+        done_with: set[tuple[str, int]] = set()
         while True:
             with self._request() as conn:
                 done = compaction.compact(conn, topic=topic, batch=batch, force=force)
             if done is None:
                 break
-            passes.append(done)
             where = (done.topic, done.partition)
-            if where in finished:
+            if where in done_with:
                 break
-            if not done.more:
-                finished.add(where)
+            passes.append(done)
+            target = targets.setdefault(where, done.clean_offset + done.dirty_offsets)
+            if not done.more or done.clean_offset >= target:
+                done_with.add(where)
         return CompactionReport(passes)
 
     def compaction_status(self, topic: str) -> list[compaction.PartitionCompaction]:

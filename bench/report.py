@@ -43,6 +43,7 @@ BENCHMARKS: dict[str, str] = {
     "broker": "Kafka's own client through oncelog broker (bench/broker.py)",
     "replication": "synchronous replication to a quorum against the server alone (bench/replication.py)",
     "storage": "bytes per record and the cost of retention, scaled to 100M records (bench/storage.py)",
+    "compaction": "compaction's rate, and producers writing beside it (bench/compaction.py)",
 }
 START_MARKER = "<!-- bench:headline:start -->"
 END_MARKER = "<!-- bench:headline:end -->"
@@ -880,6 +881,51 @@ def storage_section(res: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def compaction_headlines(res: dict[str, Any]) -> list[Headline]:
+    """Compaction against a raw DELETE of the same superseded rows; producers beside it against alone."""
+    t, p = res["throughput"], res["produce"]
+    return [
+        Headline(
+            "compaction of a keyed topic (forced passes) vs a raw DELETE of the same superseded rows",
+            f"{compact(t['examined_per_s'])} records examined/s",
+            f"{compact(t['raw_deleted_per_s'])} rows deleted/s",
+            f"{t['ratio_to_raw_delete']:.2f}",
+            name="compaction",
+        ),
+        Headline(
+            "idempotent produce into partitions being compacted vs into the same partitions alone",
+            f"{compact(p['beside_per_s'])} rec/s",
+            f"{compact(p['alone_per_s'])} rec/s",
+            f"{p['ratio']:.2f}",
+            name="produce beside compaction",
+        ),
+    ]
+
+
+def compaction_section(res: dict[str, Any]) -> list[str]:
+    s, t, p = res["settings"], res["throughput"], res["produce"]
+    return [
+        f"A {s['partitions']}-partition compacted topic written by the store call ({s['batch']}-record batches, "
+        f"{s['value_bytes']}-byte values, {s['keys_per_partition']:,} keys per partition, so all but each key's "
+        f"last record is superseded). Compaction: `Admin.compact(force=True)`, passes of {s['pass_offsets']:,} "
+        "offsets, each its own transaction; the baseline is one DELETE of the same superseded rows from a plain "
+        "copy (same columns and primary key). Producers: the same appends to a topic alone and to one a loop "
+        f"compacts without pause (passes of {s['loop_pass_offsets']:,} offsets), alternating, medians of "
+        f"{s['repeat']} pair(s).",
+        "",
+        "| records | compaction: examined/s | removed/s | raw DELETE: rows/s | ratio |",
+        "|---:|---:|---:|---:|---:|",
+        f"| {t['records']:,} | {t['examined_per_s']:,.0f} | {t['removed_per_s']:,.0f} "
+        f"| {t['raw_deleted_per_s']:,.0f} | {t['ratio_to_raw_delete']:.2f} |",
+        "",
+        "| appended | alone rec/s | beside compaction rec/s | ratio | passes meanwhile | removed meanwhile |",
+        "|---:|---:|---:|---:|---:|---:|",
+        f"| {p['records']:,} | {p['alone_per_s']:,.0f} | {p['beside_per_s']:,.0f} | {p['ratio']:.2f} "
+        f"| {p['median']['passes']:,.0f} | {p['median']['removed']:,.0f} |",
+        "",
+    ]
+
+
 def broker_headlines(res: dict[str, Any]) -> list[Headline]:
     """librdkafka's producer through the broker against the store call; its consumer against Consumer.poll."""
     cases = res["cases"]
@@ -947,6 +993,7 @@ HEADLINES: dict[str, Callable[[dict[str, Any]], list[Headline]]] = {
     "broker": broker_headlines,
     "replication": replication_headlines,
     "storage": storage_headlines,
+    "compaction": compaction_headlines,
 }
 #: What each benchmark's headline rows stand for, for the one row a benchmark without results gets.
 HEADLINE_PLACEHOLDERS = {
@@ -965,6 +1012,7 @@ HEADLINE_PLACEHOLDERS = {
     "its consumer against Consumer.poll",
     "replication": "produce throughput and commit latency with synchronous replication against the server alone",
     "storage": "retention against a raw DELETE of the same rows; bytes per record",
+    "compaction": "compaction against a raw DELETE of the superseded rows; produce beside compaction",
 }
 
 
@@ -1917,7 +1965,9 @@ def render(outcomes: dict[str, Outcome], drawn: dict[str, str], plot_notes: Sequ
         lines += [f"_{note}_", ""]
     lines += ["## Headline", "", *headline_table(rows), "", headline_summary(rows), ""]
 
-    produce, txn, pipe, spark, groups, outbox, broker, replication, storage = (outcomes[n] for n in BENCHMARKS)
+    produce, txn, pipe, spark, groups, outbox, broker, replication, storage, compaction = (
+        outcomes[n] for n in BENCHMARKS
+    )
     sections: list[tuple[str, list[tuple[Outcome, str, Callable[[dict[str, Any]], list[str]]]], str, str]] = [
         (
             "Throughput against batch size",
@@ -1965,6 +2015,7 @@ def render(outcomes: dict[str, Outcome], drawn: dict[str, str], plot_notes: Sequ
         ("Kafka's own clients through oncelog broker", [(broker, "the broker", broker_section)], "", ""),
         ("Synchronous replication", [(replication, "replication", replication_section)], "", ""),
         ("Storage and retention", [(storage, "storage", storage_section)], "", ""),
+        ("Compaction", [(compaction, "compaction", compaction_section)], "", ""),
     ]
     for title, parts, image, alt in sections:
         lines += [f"## {title}", "", *_image(drawn, image, alt)]

@@ -1,9 +1,9 @@
 """Compaction of topics whose cleanup_policy is compact (Kafka's log cleaner): one bounded pass per
 call, and each partition's progress.
 
-The rules are ``compact_v1``'s (store/sql/compaction.sql); these functions only call it. Each pass
-is meant to be its own database transaction (an autocommit connection): the pass holds its
-partition's row lock, so appends to that partition wait for one bounded chunk at most.
+The rules are ``compact_v2``'s (store/sql/compaction.sql); these functions only call it. Each pass
+is meant to be its own database transaction (an autocommit connection): a pass plans its
+deletions first, then holds its partition's row lock only while it deletes the planned rows.
 """
 
 from __future__ import annotations
@@ -30,10 +30,12 @@ class CompactionPass:
     removed_bytes: int
     #: The partition's dirty ratio before the pass.
     dirty_ratio: float
-    #: Offsets left in the dirty section below the cleanable end (more passes will take them).
+    #: The end of the partition's clean section after the pass.
+    clean_offset: int
+    #: Offsets above the clean section (up to the high watermark this pass saw).
     dirty_offsets: int
-    #: Whether the partition had more to do after this pass (dirty offsets, or tombstones and
-    #: markers past the delete horizon).
+    #: Whether a pass there now would find more: the pass stopped at its batch, not at the
+    #: cleanable end, or tombstones and markers past the delete horizon are left.
     more: bool
 
 
@@ -97,8 +99,8 @@ def compact(
     topic, ConfigurationError for one that is not compacted."""
     with mapped_errors():
         row = conn.exec_driver_sql(
-            "SELECT topic, partition, examined, removed, removed_bytes, dirty_ratio, dirty_offsets, more "
-            "FROM compact_v1(%(topic)s, %(batch)s, %(force)s)",
+            "SELECT topic, partition, examined, removed, removed_bytes, dirty_ratio, clean_offset, dirty_offsets, more "
+            "FROM compact_v2(%(topic)s, %(batch)s, %(force)s)",
             {"topic": topic, "batch": batch, "force": force},
         ).one_or_none()
     if row is None:
@@ -110,6 +112,7 @@ def compact(
         removed=int(row.removed),
         removed_bytes=int(row.removed_bytes),
         dirty_ratio=float(row.dirty_ratio),
+        clean_offset=int(row.clean_offset),
         dirty_offsets=int(row.dirty_offsets),
         more=bool(row.more),
     )

@@ -647,7 +647,7 @@ txn_spans = sa.Table(
     "read_committed fetches withhold a transaction that a read would return only in part.",
 )
 
-# Compaction's progress per partition (compact_v1); migration 0033.
+# Compaction's progress per partition (compact_v2); migration 0033.
 cleaner_state = sa.Table(
     "cleaner_state",
     metadata,
@@ -666,6 +666,13 @@ cleaner_state = sa.Table(
         nullable=False,
         server_default=sa.text("0"),
         comment="Live bytes of the clean section, for the dirty ratio.",
+    ),
+    sa.Column(
+        "clean_start",
+        sa.BigInteger,
+        nullable=False,
+        server_default=sa.text("0"),
+        comment="The log start clean_bytes were counted from (migration 0034): past it, they are scaled down.",
     ),
     sa.Column(
         "horizon_offset",
@@ -721,6 +728,7 @@ cleaner_state = sa.Table(
         "AND cardinality(checkpoint_offsets) = cardinality(checkpoint_times)",
         name="progress_valid",
     ),
+    sa.CheckConstraint("clean_start >= 0", name="clean_start_nonnegative"),
     comment="Compaction's progress in each partition of a compacted topic.",
 )
 

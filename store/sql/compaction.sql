@@ -33,35 +33,44 @@ $fn$;
 COMMENT ON FUNCTION ms_before_v1(p_now timestamp with time zone, p_ms bigint) IS
   'Internal: p_ms milliseconds before p_now, or -infinity when that is before 1970 (no overflow for any bigint).';
 
-CREATE OR REPLACE FUNCTION dirty_ratio_v1(p_log_bytes bigint, p_log_start bigint, p_clean_offset bigint, p_clean_bytes bigint)
+CREATE OR REPLACE FUNCTION dirty_ratio_v2(p_log_bytes bigint, p_log_start bigint, p_clean_start bigint, p_clean_offset bigint, p_clean_bytes bigint)
  RETURNS double precision
  LANGUAGE sql
  IMMUTABLE
  SET search_path FROM CURRENT
 AS $fn$
-    -- The share of a partition's live bytes above its clean section (Kafka's dirty ratio). A
-    -- clean section entirely below the log start (retention took it) holds nothing.
+    -- The share of a partition's live bytes above its clean section (Kafka's dirty ratio).
+    -- clean_bytes were counted from p_clean_start; once retention or DeleteRecords has moved the
+    -- log start into the clean section, the part still live is estimated by its share of the
+    -- section's offsets (revision 0034: kept whole, the stale count read as a clean log, and a
+    -- compact,delete topic was never compacted again). A clean section wholly below the log
+    -- start holds nothing.
     SELECT CASE WHEN p_log_bytes IS NULL OR p_log_bytes <= 0 THEN 0::float8
-                ELSE greatest(0, least(1, (p_log_bytes - CASE WHEN p_clean_offset > p_log_start
-                                                              THEN coalesce(p_clean_bytes, 0) ELSE 0 END)::float8
-                                          / p_log_bytes)) END
+                ELSE greatest(0, least(1, (p_log_bytes - CASE
+                    WHEN p_clean_offset IS NULL OR p_clean_offset <= p_log_start THEN 0
+                    WHEN p_log_start <= p_clean_start THEN coalesce(p_clean_bytes, 0)
+                    ELSE coalesce(p_clean_bytes, 0) * (p_clean_offset - p_log_start)::float8
+                         / greatest(p_clean_offset - p_clean_start, 1) END)::float8 / p_log_bytes)) END
 $fn$;
-COMMENT ON FUNCTION dirty_ratio_v1(p_log_bytes bigint, p_log_start bigint, p_clean_offset bigint, p_clean_bytes bigint) IS
-  'Internal: a partition''s dirty ratio, from its live bytes and its clean section''s (cleaner_state).';
+COMMENT ON FUNCTION dirty_ratio_v2(p_log_bytes bigint, p_log_start bigint, p_clean_start bigint, p_clean_offset bigint, p_clean_bytes bigint) IS
+  'Internal: a partition''s dirty ratio, from its live bytes and its clean section''s (cleaner_state), the latter scaled down by the share of the section the log start has passed since they were counted.';
 
-CREATE OR REPLACE FUNCTION cleanable_end_v1(p_topic_id integer, p_partition integer, p_from bigint, p_next_offset bigint, p_min_lag_ms bigint, p_now timestamp with time zone)
+CREATE OR REPLACE FUNCTION cleanable_end_v2(p_topic_id integer, p_partition integer, p_from bigint, p_to bigint, p_next_offset bigint, p_min_lag_ms bigint, p_now timestamp with time zone)
  RETURNS bigint
  LANGUAGE plpgsql
  STABLE
  SET search_path FROM CURRENT
 AS $fn$
 BEGIN
-    -- Nothing at or past the last stable offset is cleaned (Kafka's rule: an undecided
-    -- transaction's records, and what follows them, are left alone), nor a record younger than
-    -- min_compaction_lag_ms, nor anything after it. (plpgsql, not sql: a revision creates its
-    -- functions in name order, and a sql body is checked at once, before ms_before_v1 exists.) Read without the partition's lock: the last
-    -- stable offset only moves up, so a stale one cleans less, never more.
+    -- Where a pass over [p_from, p_to) must stop. Nothing at or past the last stable offset is
+    -- cleaned (Kafka's rule: an undecided transaction's records, and what follows them, are left
+    -- alone), nor a record younger than min_compaction_lag_ms, nor anything after it. Read without
+    -- the partition's lock: the last stable offset only moves up, so a stale one cleans less. The
+    -- probe for a young record looks only as far as the pass would go (revision 0034: it read the
+    -- whole dirty section). (plpgsql, not sql: a revision creates its functions in name order, and
+    -- a sql body is checked at once, before ms_before_v1 exists.)
     RETURN least(
+        p_to,
         (SELECT least(min(x.first_offset), p_next_offset)
          FROM txn_partitions x JOIN transactions tx USING (transactional_id)
          WHERE x.topic_id = p_topic_id AND x.partition = p_partition AND x.first_offset IS NOT NULL
@@ -69,15 +78,15 @@ BEGIN
         CASE WHEN p_min_lag_ms > 0 THEN (
             SELECT r."offset" FROM records r
             WHERE r.topic_id = p_topic_id AND r.partition = p_partition AND r."offset" >= p_from
-              AND r."timestamp" > ms_before_v1(p_now, p_min_lag_ms)
+              AND r."offset" < p_to AND r."timestamp" > ms_before_v1(p_now, p_min_lag_ms)
             ORDER BY r."offset" LIMIT 1) END);
 END
 $fn$;
-COMMENT ON FUNCTION cleanable_end_v1(p_topic_id integer, p_partition integer, p_from bigint, p_next_offset bigint, p_min_lag_ms bigint, p_now timestamp with time zone) IS
-  'Internal: where compaction of a partition must stop: its last stable offset, or the first record from p_from younger than min_compaction_lag_ms if that comes first.';
+COMMENT ON FUNCTION cleanable_end_v2(p_topic_id integer, p_partition integer, p_from bigint, p_to bigint, p_next_offset bigint, p_min_lag_ms bigint, p_now timestamp with time zone) IS
+  'Internal: where a compaction pass over [p_from, p_to) of a partition must stop: p_to, its last stable offset, or the first record from p_from younger than min_compaction_lag_ms, whichever comes first.';
 
-CREATE OR REPLACE FUNCTION compact_v1(p_topic text DEFAULT NULL, p_batch integer DEFAULT 50000, p_force boolean DEFAULT false)
- RETURNS TABLE(topic text, partition integer, examined bigint, removed bigint, removed_bytes bigint, dirty_ratio double precision, dirty_offsets bigint, more boolean)
+CREATE OR REPLACE FUNCTION compact_v2(p_topic text DEFAULT NULL, p_batch integer DEFAULT 50000, p_force boolean DEFAULT false)
+ RETURNS TABLE(topic text, partition integer, examined bigint, removed bigint, removed_bytes bigint, dirty_ratio double precision, clean_offset bigint, dirty_offsets bigint, more boolean)
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path FROM CURRENT
@@ -85,26 +94,29 @@ AS $fn$
 #variable_conflict use_column
 DECLARE
     v_now timestamptz := server_now_v1();
+    v_force boolean := coalesce(p_force, false);
     c record;
     v_pt record;
     v_st record;
+    v_dirty boolean;
+    v_first_dirty timestamptz;
     v_end bigint;
     v_from bigint;
     v_to bigint;
-    v_horizon bigint;
     v_hz_from bigint;
     v_hz_to bigint;
-    v_first_dirty timestamptz;
+    v_doomed bigint[];
     v_examined bigint := 0;
     v_removed bigint := 0;
     v_bytes bigint := 0;
-    v_bytes_clean bigint := 0;
-    v_chunk_bytes bigint := 0;
+    v_live bigint;
+    v_clean_start bigint;
     v_n bigint;
     v_b bigint;
-    v_keep integer;
     v_txns jsonb;  -- [[producer id, transaction number], ...] whose records this pass removed
     v_hz_txns jsonb;
+    v_cp_offsets bigint[];
+    v_cp_times timestamptz[];
 BEGIN
     IF p_batch IS NULL OR p_batch < 1 OR p_batch > 10000000 THEN
         RAISE EXCEPTION USING ERRCODE = 'OL000', MESSAGE = 'batch must be 1 to 10000000 offsets';
@@ -124,11 +136,11 @@ BEGIN
     -- The dirtiest partition first, as Kafka's cleaner picks the dirtiest log. The dirty ratio is
     -- the share of the partition's live bytes above its clean section.
     FOR c IN
-        SELECT t.topic_id, t.name, p.partition, p.next_offset, t.min_compaction_lag_ms, t.max_compaction_lag_ms,
-               t.delete_retention_ms, t.min_cleanable_dirty_ratio,
+        SELECT t.topic_id, t.name, p.partition, p.log_start_offset, p.next_offset, t.min_compaction_lag_ms,
+               t.max_compaction_lag_ms, t.delete_retention_ms, t.min_cleanable_dirty_ratio,
                greatest(p.log_start_offset, coalesce(s.clean_offset, 0)) AS clean_from,
                greatest(p.log_start_offset, coalesce(s.horizon_offset, 0)) AS horizon_from,
-               dirty_ratio_v1(p.log_bytes, p.log_start_offset, s.clean_offset, s.clean_bytes) AS ratio,
+               dirty_ratio_v2(p.log_bytes, p.log_start_offset, s.clean_start, s.clean_offset, s.clean_bytes) AS ratio,
                (SELECT max(k.o) FROM unnest(s.checkpoint_offsets, s.checkpoint_times) AS k(o, at)
                 WHERE k.at <= ms_before_v1(v_now, t.delete_retention_ms)) AS horizon
         FROM topics t JOIN partitions p USING (topic_id)
@@ -136,38 +148,36 @@ BEGIN
         WHERE t.cleanup_policy <> 'delete' AND (p_topic IS NULL OR t.name = p_topic)
         ORDER BY ratio DESC, t.topic_id, p.partition
     LOOP
-        v_end := cleanable_end_v1(c.topic_id, c.partition, c.clean_from, c.next_offset, c.min_compaction_lag_ms, v_now);
-        IF NOT p_force AND v_end > c.clean_from AND c.ratio < c.min_cleanable_dirty_ratio THEN
-            -- Below the dirty ratio, only max_compaction_lag_ms forces a pass: the oldest dirty
-            -- record has waited that long.
+        -- The cheap tests first: is there a dirty section, and (unforced) is it dirty enough, or
+        -- has its oldest record waited max_compaction_lag_ms?
+        v_dirty := c.clean_from < c.next_offset;
+        IF v_dirty AND NOT v_force AND c.ratio < c.min_cleanable_dirty_ratio THEN
             v_first_dirty := NULL;
             IF c.max_compaction_lag_ms IS NOT NULL THEN
                 SELECT r."timestamp" INTO v_first_dirty FROM records r
                 WHERE r.topic_id = c.topic_id AND r.partition = c.partition AND r."offset" >= c.clean_from
                 ORDER BY r."offset" LIMIT 1;
             END IF;
-            IF v_first_dirty IS NULL
-               OR v_first_dirty > ms_before_v1(v_now, c.max_compaction_lag_ms) THEN
-                v_end := c.clean_from;
-            END IF;
+            v_dirty := v_first_dirty IS NOT NULL AND v_first_dirty <= ms_before_v1(v_now, c.max_compaction_lag_ms);
+        END IF;
+        v_end := c.clean_from;
+        IF v_dirty THEN
+            v_end := cleanable_end_v2(c.topic_id, c.partition, c.clean_from, c.clean_from + p_batch, c.next_offset,
+                                      c.min_compaction_lag_ms, v_now);
         END IF;
         CONTINUE WHEN v_end <= c.clean_from AND coalesce(c.horizon, 0) <= c.horizon_from;
 
-        -- Lock order: the partition row before its records, as appends (produce_v2), aborts
-        -- (complete_txn_v1), DeleteRecords and retention take them. The row lock is what makes the
-        -- byte count right: no log start moves while this pass deletes and counts. Appends to the
-        -- partition wait for the rest of this call (one bounded chunk), never longer.
-        SELECT p.log_start_offset, p.next_offset INTO v_pt FROM partitions p
-        WHERE p.topic_id = c.topic_id AND p.partition = c.partition
-        FOR NO KEY UPDATE;
-        CONTINUE WHEN NOT FOUND;
-        INSERT INTO cleaner_state AS s (topic_id, partition) VALUES (c.topic_id, c.partition)
-        ON CONFLICT (topic_id, partition) DO NOTHING;
-        -- Read again under the lock: another cleaner may have moved on since the choice above.
-        SELECT * INTO v_st FROM cleaner_state s WHERE s.topic_id = c.topic_id AND s.partition = c.partition;
-        v_from := greatest(v_pt.log_start_offset, v_st.clean_offset);
-        v_to := least(v_end, v_from + p_batch);
-
+        -- Phase 1, without the partition's lock: what this pass deletes, and the clean section's
+        -- live bytes after it. The records read lie below the last stable offset: decided, never
+        -- changed again, only ever deleted (by retention below the log start, or by a pass,
+        -- which the state check below catches), so the plan holds until phase 2 carries it out.
+        -- The clean section is read here, once per pass (there is no index on keys: every append
+        -- would pay for one), so appends never wait on that scan (revision 0034).
+        v_from := c.clean_from;
+        v_to := greatest(v_end, v_from);
+        v_clean_start := c.log_start_offset;
+        v_doomed := '{}';
+        v_live := NULL;
         IF v_to > v_from THEN
             WITH chunk AS MATERIALIZED (
                 SELECT r."offset", r.key, r.control_type, r.aborted, record_bytes_v1(r.key, r.value, r.headers) AS bytes
@@ -179,35 +189,62 @@ BEGIN
                 SELECT DISTINCT ON (k.key) k.key, k."offset" FROM chunk k
                 WHERE k.control_type IS NULL AND NOT k.aborted AND k.key IS NOT NULL
                 ORDER BY k.key, k."offset" DESC
+            ), clean AS MATERIALIZED (
+                SELECT r."offset", r.key, record_bytes_v1(r.key, r.value, r.headers) AS bytes FROM records r
+                WHERE r.topic_id = c.topic_id AND r.partition = c.partition
+                  AND r."offset" >= c.log_start_offset AND r."offset" < v_from AND r.control_type IS NULL
             ), doomed AS (
                 -- In the chunk: aborted records (Kafka removes them at once, whatever their key),
                 -- records without a key (written before the topic was compacted; Kafka's cleaner
                 -- drops them too) and records a later one of their key supersedes.
-                SELECT k."offset" FROM chunk k
+                SELECT k."offset", k.bytes FROM chunk k
                 WHERE k.control_type IS NULL
                   AND (k.aborted OR k.key IS NULL
                        OR EXISTS (SELECT 1 FROM latest l WHERE l.key = k.key AND l."offset" > k."offset"))
                 UNION ALL
                 -- In the clean section: each chunk key's older record. The clean section holds at
                 -- most one record per key, so this removes at most one per key of the chunk.
-                SELECT r."offset" FROM records r JOIN latest l ON l.key = r.key
-                WHERE r.topic_id = c.topic_id AND r.partition = c.partition
-                  AND r."offset" >= v_pt.log_start_offset AND r."offset" < v_from AND r.control_type IS NULL
-            ), gone AS (
-                DELETE FROM records r USING doomed d
-                WHERE r.topic_id = c.topic_id AND r.partition = c.partition AND r."offset" = d."offset"
-                RETURNING r."offset", record_bytes_v1(r.key, r.value, r.headers) AS bytes, r.producer_id,
-                          r.txn_number
+                SELECT r."offset", r.bytes FROM clean r JOIN latest l ON l.key = r.key
             )
-            SELECT (SELECT count(*) FROM chunk), count(*), coalesce(sum(g.bytes), 0),
-                   coalesce(sum(g.bytes) FILTER (WHERE g."offset" < v_from), 0),
-                   (SELECT coalesce(sum(k.bytes), 0) FROM chunk k),
-                   (SELECT jsonb_agg(DISTINCT jsonb_build_array(x.producer_id, x.txn_number)) FROM gone x
-                    WHERE x.txn_number IS NOT NULL)
-            INTO v_examined, v_removed, v_bytes, v_bytes_clean, v_chunk_bytes, v_txns
-            FROM gone g;
-        ELSE
-            v_to := v_from;
+            SELECT (SELECT count(*) FROM chunk), (SELECT coalesce(array_agg(d."offset"), '{}') FROM doomed d),
+                   (SELECT coalesce(sum(k.bytes), 0) FROM chunk k) + (SELECT coalesce(sum(r.bytes), 0) FROM clean r)
+                   - (SELECT coalesce(sum(d.bytes), 0) FROM doomed d)
+            INTO v_examined, v_doomed, v_live;
+        END IF;
+
+        -- Phase 2. Lock order: the partition row before its records, as appends (produce_v2),
+        -- aborts (txn_complete_v1), DeleteRecords and retention take them. Under it no log start
+        -- moves while this pass deletes and counts, so the byte count is exact; the pass's
+        -- deletions are bounded (the planned rows by primary key, and at most p_batch offsets of
+        -- tombstones and markers), so appends to the partition wait that long at most.
+        SELECT p.log_start_offset INTO v_pt FROM partitions p
+        WHERE p.topic_id = c.topic_id AND p.partition = c.partition
+        FOR NO KEY UPDATE;
+        CONTINUE WHEN NOT FOUND;
+        INSERT INTO cleaner_state AS s (topic_id, partition) VALUES (c.topic_id, c.partition)
+        ON CONFLICT (topic_id, partition) DO NOTHING;
+        SELECT * INTO v_st FROM cleaner_state s WHERE s.topic_id = c.topic_id AND s.partition = c.partition;
+        IF greatest(v_pt.log_start_offset, v_st.clean_offset) <> v_from
+           OR greatest(v_pt.log_start_offset, v_st.horizon_offset) <> c.horizon_from THEN
+            -- Another pass, or retention, moved this partition on since the plan: it is stale.
+            -- Stand down; the next call plans from the new state.
+            RETURN QUERY SELECT c.name, c.partition, 0::bigint, 0::bigint, 0::bigint, c.ratio,
+                                greatest(v_pt.log_start_offset, v_st.clean_offset),
+                                greatest(c.next_offset - greatest(v_pt.log_start_offset, v_st.clean_offset), 0), true;
+            RETURN;
+        END IF;
+
+        v_txns := NULL;
+        IF cardinality(v_doomed) > 0 THEN
+            WITH gone AS (
+                DELETE FROM records r
+                WHERE r.topic_id = c.topic_id AND r.partition = c.partition AND r."offset" = ANY (v_doomed)
+                  AND r."offset" >= v_pt.log_start_offset
+                RETURNING record_bytes_v1(r.key, r.value, r.headers) AS bytes, r.producer_id, r.txn_number
+            )
+            SELECT count(*), coalesce(sum(g.bytes), 0),
+                   jsonb_agg(DISTINCT jsonb_build_array(g.producer_id, g.txn_number)) FILTER (WHERE g.txn_number IS NOT NULL)
+            INTO v_removed, v_bytes, v_txns FROM gone g;
         END IF;
 
         -- Tombstones and transaction markers go once they have been in the clean section for
@@ -216,9 +253,10 @@ BEGIN
         -- there is its key's last record (the pass that cleaned it removed the older ones), so
         -- removing it leaves nothing of the key. An abort marker has no records left (they were
         -- aborted, and removed by the same passes); a commit marker goes once its transaction
-        -- has no record left in this partition (its span, written by EndTxn, bounds the search).
-        v_hz_from := greatest(v_pt.log_start_offset, v_st.horizon_offset);
+        -- has no record left in the log here (its span, written by EndTxn, bounds the search).
+        v_hz_from := c.horizon_from;
         v_hz_to := least(coalesce(c.horizon, 0), v_st.clean_offset, v_hz_from + p_batch);
+        v_hz_txns := NULL;
         IF v_hz_to > v_hz_from THEN
             WITH gone AS (
                 DELETE FROM records r
@@ -229,7 +267,8 @@ BEGIN
                        OR (r.control_type = 'commit' AND NOT EXISTS (
                            SELECT 1 FROM txn_spans s JOIN records d
                              ON d.topic_id = s.topic_id AND d.partition = s.partition
-                            AND d."offset" >= s.first_offset AND d."offset" <= s.last_offset
+                            AND d."offset" >= greatest(s.first_offset, v_pt.log_start_offset)
+                            AND d."offset" <= s.last_offset
                            WHERE s.producer_id = r.producer_id AND s.txn_number = r.txn_number
                              AND s.topic_id = r.topic_id AND s.partition = r.partition
                              AND d.producer_id = r.producer_id AND d.txn_number = r.txn_number
@@ -238,12 +277,13 @@ BEGIN
                           r.control_type
             )
             SELECT count(*), coalesce(sum(g.bytes), 0),
-                   (SELECT jsonb_agg(DISTINCT jsonb_build_array(x.producer_id, x.txn_number)) FROM gone x
-                    WHERE x.txn_number IS NOT NULL AND x.control_type IS NULL)
+                   jsonb_agg(DISTINCT jsonb_build_array(g.producer_id, g.txn_number))
+                       FILTER (WHERE g.txn_number IS NOT NULL AND g.control_type IS NULL)
             INTO v_n, v_b, v_hz_txns FROM gone g;
             v_removed := v_removed + v_n;
             v_bytes := v_bytes + v_b;
-            v_bytes_clean := v_bytes_clean + v_b;
+            v_live := coalesce(v_live, v_st.clean_bytes) - v_b;
+            v_clean_start := CASE WHEN v_to > v_from THEN v_clean_start ELSE v_st.clean_start END;
             v_txns := coalesce(v_txns, '[]') || coalesce(v_hz_txns, '[]');
         ELSE
             v_hz_to := v_hz_from;
@@ -256,19 +296,18 @@ BEGIN
             WITH marks AS (
                 SELECT (SELECT m."offset" FROM records m
                         WHERE m.topic_id = c.topic_id AND m.partition = c.partition AND m."offset" > s.last_offset
-                          AND m."offset" < v_hz_to AND m.control_type = 'commit'
+                          AND m."offset" < greatest(v_hz_to, v_st.horizon_offset) AND m.control_type = 'commit'
                           AND m.producer_id = x.producer_id AND m.txn_number = x.txn_number
                         ORDER BY m."offset" LIMIT 1) AS o
                 FROM (SELECT (e ->> 0)::bigint AS producer_id, (e ->> 1)::bigint AS txn_number
                       FROM jsonb_array_elements(v_txns) AS e) x
                 JOIN txn_spans s ON s.producer_id = x.producer_id AND s.txn_number = x.txn_number
                                 AND s.topic_id = c.topic_id AND s.partition = c.partition
-                WHERE s.last_offset < v_hz_to
-                  AND NOT EXISTS (
-                      SELECT 1 FROM records d
-                      WHERE d.topic_id = c.topic_id AND d.partition = c.partition
-                        AND d."offset" >= s.first_offset AND d."offset" <= s.last_offset
-                        AND d.producer_id = x.producer_id AND d.txn_number = x.txn_number AND d.control_type IS NULL)
+                WHERE NOT EXISTS (
+                    SELECT 1 FROM records d
+                    WHERE d.topic_id = c.topic_id AND d.partition = c.partition
+                      AND d."offset" >= greatest(s.first_offset, v_pt.log_start_offset) AND d."offset" <= s.last_offset
+                      AND d.producer_id = x.producer_id AND d.txn_number = x.txn_number AND d.control_type IS NULL)
             )
             DELETE FROM records r USING marks k
             WHERE r.topic_id = c.topic_id AND r.partition = c.partition AND r."offset" = k.o;
@@ -278,37 +317,47 @@ BEGIN
 
         UPDATE partitions p SET log_bytes = greatest(p.log_bytes - v_bytes, 0)
         WHERE p.topic_id = c.topic_id AND p.partition = c.partition AND v_bytes > 0;
-        -- The pass's end and time join the checkpoints; only the newest one older than the delete
-        -- retention (the horizon) and those after it are kept.
-        SELECT count(*) INTO v_keep FROM unnest(v_st.checkpoint_times) AS k(at)
-        WHERE k.at > ms_before_v1(v_now, c.delete_retention_ms);
-        v_keep := least(v_keep + 1, cardinality(v_st.checkpoint_times));
+        -- The pass's end and time join the checkpoints. Kept: the newest one older than the
+        -- delete retention (the horizon) and those after it; past 64, every other one is dropped
+        -- (a horizon found among fewer checkpoints is never later than the true one: tombstones
+        -- may then stay longer, never go sooner).
+        v_cp_offsets := v_st.checkpoint_offsets;
+        v_cp_times := v_st.checkpoint_times;
+        IF v_to > v_from THEN
+            SELECT coalesce(array_agg(k.o ORDER BY k.i), '{}'), coalesce(array_agg(k.at ORDER BY k.i), '{}')
+            INTO v_cp_offsets, v_cp_times
+            FROM unnest(v_cp_offsets || v_to, v_cp_times || v_now) WITH ORDINALITY AS k(o, at, i)
+            WHERE k.i >= coalesce((SELECT max(j.i) FROM unnest(v_cp_times) WITH ORDINALITY AS j(at, i)
+                                   WHERE j.at <= ms_before_v1(v_now, c.delete_retention_ms)), 1);
+            IF cardinality(v_cp_offsets) > 64 THEN
+                SELECT array_agg(k.o ORDER BY k.i), array_agg(k.at ORDER BY k.i) INTO v_cp_offsets, v_cp_times
+                FROM unnest(v_cp_offsets, v_cp_times) WITH ORDINALITY AS k(o, at, i)
+                WHERE k.i % 2 = 1 OR k.i = cardinality(v_cp_offsets);
+            END IF;
+        END IF;
         UPDATE cleaner_state s SET
             clean_offset = greatest(s.clean_offset, v_to),
-            clean_bytes = greatest(CASE WHEN s.clean_offset > v_pt.log_start_offset THEN s.clean_bytes ELSE 0 END
-                                   + v_chunk_bytes - v_bytes, 0),
+            clean_start = CASE WHEN v_live IS NULL THEN s.clean_start ELSE v_clean_start END,
+            clean_bytes = CASE WHEN v_live IS NULL THEN s.clean_bytes ELSE greatest(v_live, 0) END,
             horizon_offset = greatest(s.horizon_offset, v_hz_to),
-            checkpoint_offsets = CASE WHEN v_to > v_from
-                                      THEN s.checkpoint_offsets[cardinality(s.checkpoint_offsets) - v_keep + 1:] || v_to
-                                      ELSE s.checkpoint_offsets END,
-            checkpoint_times = CASE WHEN v_to > v_from
-                                    THEN s.checkpoint_times[cardinality(s.checkpoint_times) - v_keep + 1:] || v_now
-                                    ELSE s.checkpoint_times END,
+            checkpoint_offsets = v_cp_offsets,
+            checkpoint_times = v_cp_times,
             examined_records = s.examined_records + v_examined,
             removed_records = s.removed_records + v_removed,
             removed_bytes = s.removed_bytes + v_bytes,
             cleaned_at = v_now
         WHERE s.topic_id = c.topic_id AND s.partition = c.partition;
         RETURN QUERY SELECT c.name, c.partition, v_examined, v_removed, v_bytes, c.ratio,
-                            greatest(v_end - v_to, 0), v_end > v_to OR coalesce(c.horizon, 0) > v_hz_to;
+                            greatest(v_st.clean_offset, v_to), greatest(c.next_offset - greatest(v_st.clean_offset, v_to), 0),
+                            v_to >= v_from + p_batch OR coalesce(c.horizon, 0) > v_hz_to;
         -- One partition and one chunk per call: the caller commits between calls, so the partition
         -- lock is held for one bounded chunk and never with another partition's.
         RETURN;
     END LOOP;
 END
 $fn$;
-COMMENT ON FUNCTION compact_v1(p_topic text, p_batch integer, p_force boolean) IS
-  'Maintenance: one bounded pass of compaction (up to p_batch offsets of one partition''s dirty section, and of its tombstones and markers past the delete horizon) on the dirtiest partition of a compacted topic (of p_topic if given) that needs it: below min_cleanable_dirty_ratio only after max_compaction_lag_ms, or always with p_force. Keeps each key''s latest record; removes superseded, aborted and keyless records, and tombstones and markers delete_retention_ms after they were cleaned. Never touches records at or past the last stable offset or younger than min_compaction_lag_ms. Returns one row (the partition, records examined and removed, bytes removed, its dirty ratio before, dirty offsets left below the cleanable end, whether more is to do there now) or none when nothing needs doing; call again, one transaction each, until none.';
+COMMENT ON FUNCTION compact_v2(p_topic text, p_batch integer, p_force boolean) IS
+  'Maintenance: one bounded pass of compaction (up to p_batch offsets of one partition''s dirty section, and of its tombstones and markers past the delete horizon) on the dirtiest partition of a compacted topic (of p_topic if given) that needs it: below min_cleanable_dirty_ratio only after max_compaction_lag_ms, or always with p_force. Keeps each key''s latest record; removes superseded, aborted and keyless records, and tombstones and markers delete_retention_ms after they were cleaned. Never touches records at or past the last stable offset or younger than min_compaction_lag_ms. Returns one row (the partition, records examined and removed, bytes removed, its dirty ratio before, the end of its clean section after, offsets above it, whether a pass there now would find more) or none when nothing needs doing; call again, one transaction each, until none.';
 
 CREATE OR REPLACE FUNCTION compaction_status_v1(p_topic text)
  RETURNS TABLE(partition integer, cleanup_policy text, log_start_offset bigint, clean_offset bigint, high_watermark bigint, log_bytes bigint, dirty_ratio double precision, examined_records bigint, removed_records bigint, removed_bytes bigint, cleaned_at timestamp with time zone)
@@ -320,15 +369,16 @@ AS $fn$
 DECLARE
     v_topic_id integer;
 BEGIN
+    -- The ACL first: a role that may not describe the topic learns nothing, not even whether it exists.
+    PERFORM acl_require_v1('topic', ARRAY[p_topic], 'describe');
     SELECT t.topic_id INTO v_topic_id FROM topics t WHERE t.name = p_topic;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown topic %L', p_topic);
     END IF;
-    PERFORM acl_require_v1('topic', ARRAY[p_topic], 'describe');
     RETURN QUERY
     SELECT p.partition, t.cleanup_policy, p.log_start_offset,
            greatest(p.log_start_offset, coalesce(s.clean_offset, 0)), p.next_offset, p.log_bytes,
-           dirty_ratio_v1(p.log_bytes, p.log_start_offset, s.clean_offset, s.clean_bytes),
+           dirty_ratio_v2(p.log_bytes, p.log_start_offset, s.clean_start, s.clean_offset, s.clean_bytes),
            coalesce(s.examined_records, 0), coalesce(s.removed_records, 0), coalesce(s.removed_bytes, 0), s.cleaned_at
     FROM topics t JOIN partitions p USING (topic_id)
     LEFT JOIN cleaner_state s ON s.topic_id = p.topic_id AND s.partition = p.partition

@@ -1298,6 +1298,15 @@ BEGIN
     IF NOT coalesce(v_ok, false) THEN
         RETURN;
     END IF;
+    -- A record without a key for a compacted topic is refused by the insert trigger, which would
+    -- fail every batch of the request; produce_v2 refuses it for its own batch only (revision
+    -- 0034). The probe of the topics table is all other requests pay.
+    IF EXISTS (SELECT 1 FROM topics t WHERE t.topic_id = ANY (v_topic_ids) AND t.cleanup_policy <> 'delete')
+       AND EXISTS (SELECT 1 FROM unnest(p_keys) WITH ORDINALITY AS r(k, o)
+                   JOIN topics t ON t.topic_id = v_topic_ids[width_bucket(r.o, v_starts)]
+                   WHERE r.k IS NULL AND t.cleanup_policy <> 'delete') THEN
+        RETURN;
+    END IF;
     -- Each record: no larger than its topic's max_message_bytes; headers of the one shape readers
     -- decode; timestamps within [1970, now + the topic's message_timestamp_after_max_ms] (the
     -- checks of produce_v2). Record o belongs to batch width_bucket(o, v_starts): a binary search

@@ -103,6 +103,7 @@ DECLARE
     v_first bigint;
     v_deleted bigint := 0;
     v_n bigint;
+    v_locked record;
     v_now_ms numeric := extract(epoch FROM v_now) * 1000;
 BEGIN
     IF p_batch IS NULL OR p_batch < 1 THEN
@@ -113,7 +114,7 @@ BEGIN
     -- topic without a retention of its own follows settings.log_retention_ms; -1 keeps its
     -- records for ever (revision 0025, Kafka's log.retention.ms and its -1).
     -- A topic whose cleanup_policy is compact alone keeps its records for compaction to thin
-    -- (compact_v1), as Kafka's: time and size retention apply with delete among its policies.
+    -- (compact_v2), as Kafka's: time and size retention apply with delete among its policies.
     FOR pt IN
         SELECT p.topic_id, p.partition, p.log_start_offset, p.next_offset, p.log_bytes,
                CASE WHEN t.retention_ms = -1 OR t.cleanup_policy = 'compact' THEN NULL
@@ -133,36 +134,42 @@ BEGIN
                 ORDER BY r."offset" LIMIT 1) r;
             v_start := greatest(v_start, v_upto);
         END IF;
-        IF pt.retention_bytes IS NOT NULL AND pt.log_bytes > pt.retention_bytes THEN
-            -- log_bytes counts the live log (from the log start), so drop the shortest prefix
-            -- that brings it within the limit.
-            SELECT coalesce(min(c."offset") + 1, v_start) INTO v_upto FROM (
-                SELECT r."offset", sum(coalesce(octet_length(r.key), 0) + coalesce(octet_length(r.value), 0)
-                                       + coalesce(octet_length(r.headers::text), 0)) OVER (ORDER BY r."offset") AS cum
-                FROM records r
-                WHERE r.topic_id = pt.topic_id AND r.partition = pt.partition AND r."offset" >= pt.log_start_offset
-            ) c WHERE c.cum >= pt.log_bytes - pt.retention_bytes;
-            v_start := greatest(v_start, v_upto);
-        END IF;
-        v_start := least(v_start, pt.next_offset);
-        IF v_start > pt.log_start_offset THEN
-            -- The partition row is locked first, in a statement of its own, so that the update
-            -- below reads the records as they are once it holds the lock: compaction (compact_v1)
-            -- deletes and counts under the same lock, and a snapshot taken before its commit
-            -- would count its deleted records a second time. DeleteRecords may have moved the
-            -- log start meanwhile; it never moves back.
-            PERFORM 1 FROM partitions p WHERE p.topic_id = pt.topic_id AND p.partition = pt.partition
+        IF v_start > pt.log_start_offset
+           OR (pt.retention_bytes IS NOT NULL AND pt.log_bytes > pt.retention_bytes) THEN
+            -- The partition row is locked first, in a statement of its own, and read again: the
+            -- statements after it see the records and the byte count as they are once it is held.
+            -- Compaction (compact_v2) deletes and counts under the same lock; counted in a snapshot
+            -- taken before its commit, its deleted records were subtracted a second time, and the
+            -- size cut overshot by its bytes (revision 0034). DeleteRecords may have moved the log
+            -- start meanwhile; it never moves back.
+            SELECT p.log_start_offset, p.log_bytes INTO v_locked FROM partitions p
+            WHERE p.topic_id = pt.topic_id AND p.partition = pt.partition
             FOR NO KEY UPDATE;
-            -- A short update of the partition row: readers stop returning what is below it at
-            -- once, and the live byte count drops by what left the log.
-            UPDATE partitions p
-            SET log_start_offset = greatest(p.log_start_offset, v_start),
-                log_bytes = greatest(p.log_bytes - coalesce((
-                    SELECT sum(record_bytes_v1(r.key, r.value, r.headers))
+            v_start := greatest(v_start, v_locked.log_start_offset);
+            IF pt.retention_bytes IS NOT NULL AND v_locked.log_bytes > pt.retention_bytes THEN
+                -- log_bytes counts the live log (from the log start), so drop the shortest prefix
+                -- that brings it within the limit.
+                SELECT coalesce(min(c."offset") + 1, v_start) INTO v_upto FROM (
+                    SELECT r."offset", sum(record_bytes_v1(r.key, r.value, r.headers)) OVER (ORDER BY r."offset") AS cum
                     FROM records r
                     WHERE r.topic_id = pt.topic_id AND r.partition = pt.partition
-                      AND r."offset" >= p.log_start_offset AND r."offset" < v_start), 0), 0)
-            WHERE p.topic_id = pt.topic_id AND p.partition = pt.partition;
+                      AND r."offset" >= v_locked.log_start_offset
+                ) c WHERE c.cum >= v_locked.log_bytes - pt.retention_bytes;
+                v_start := greatest(v_start, v_upto);
+            END IF;
+            v_start := least(v_start, pt.next_offset);
+            IF v_start > v_locked.log_start_offset THEN
+                -- A short update of the partition row: readers stop returning what is below it at
+                -- once, and the live byte count drops by what left the log.
+                UPDATE partitions p
+                SET log_start_offset = v_start,
+                    log_bytes = greatest(p.log_bytes - coalesce((
+                        SELECT sum(record_bytes_v1(r.key, r.value, r.headers))
+                        FROM records r
+                        WHERE r.topic_id = pt.topic_id AND r.partition = pt.partition
+                          AND r."offset" >= p.log_start_offset AND r."offset" < v_start), 0), 0)
+                WHERE p.topic_id = pt.topic_id AND p.partition = pt.partition;
+            END IF;
         END IF;
         -- Delete at most p_batch records below the log start, oldest first; the caller repeats
         -- in new transactions until nothing is left, so appends never wait for a long delete.

@@ -74,6 +74,13 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown topic %L', p_topic);
     END IF;
+    IF p_key IS NULL AND t.cleanup_policy <> 'delete' THEN
+        -- Said at the send, rather than by the insert trigger at the application's commit
+        -- (revision 0034).
+        RAISE EXCEPTION USING ERRCODE = 'OL107',
+            MESSAGE = format('topic %L is compacted (cleanup_policy %s): every record needs a key', p_topic,
+                             t.cleanup_policy);
+    END IF;
     SELECT count(*) INTO v_partitions FROM partitions pt WHERE pt.topic_id = t.topic_id;
     IF p_partition IS NOT NULL THEN
         IF p_partition < 0 OR p_partition >= v_partitions THEN

@@ -99,6 +99,8 @@ CREATE OR REPLACE FUNCTION alter_topic_config_v1(p_name text, p_config jsonb)
 AS $fn$
 DECLARE
     v_config jsonb := topic_config_v1(p_config);
+    v_topic_id integer;
+    v_policy text;
 BEGIN
     UPDATE topics SET
         max_message_bytes = CASE WHEN v_config ? 'max_message_bytes'
@@ -125,9 +127,18 @@ BEGIN
         min_cleanable_dirty_ratio = CASE WHEN v_config ? 'min_cleanable_dirty_ratio'
                                          THEN coalesce((v_config ->> 'min_cleanable_dirty_ratio')::float8, 0.5)
                                          ELSE min_cleanable_dirty_ratio END
-    WHERE name = p_name;
+    WHERE name = p_name
+    RETURNING topic_id, cleanup_policy INTO v_topic_id, v_policy;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown topic %L', p_name);
+    END IF;
+    IF v_policy <> 'delete' THEN
+        -- The topic's partitions, in order, as appends lock them: this waits for the appends in
+        -- flight, so that every record acknowledged after this call returns passed the insert
+        -- trigger's check for keys, and every keyless one lies at an earlier offset (compaction
+        -- removes those, as Kafka's cleaner does). Revision 0034: an append whose check ran
+        -- before the change could commit after it.
+        PERFORM 1 FROM partitions pt WHERE pt.topic_id = v_topic_id ORDER BY pt.partition FOR NO KEY UPDATE;
     END IF;
 END
 $fn$;
@@ -175,7 +186,9 @@ BEGIN
                                to_jsonb(CASE replace(v #>> '{}', ' ', '') WHEN 'delete,compact' THEN 'compact,delete'
                                              ELSE replace(v #>> '{}', ' ', '') END));
         ELSIF k = 'min_cleanable_dirty_ratio' THEN
-            IF jsonb_typeof(v) <> 'number' OR v::numeric < 0 OR v::numeric > 1 THEN
+            -- (A number below 1e-300 other than 0 does not fit a double precision.)
+            IF jsonb_typeof(v) <> 'number' OR v::numeric < 0 OR v::numeric > 1
+               OR (v::numeric > 0 AND v::numeric < 1e-300) THEN
                 RAISE EXCEPTION USING ERRCODE = 'OL001',
                     MESSAGE = format('topic config min_cleanable_dirty_ratio must be a number from 0 to 1, not %s', v);
             END IF;

@@ -39,7 +39,7 @@ WHERE r.control_type IS NULL AND NOT r.aborted AND r."offset" < o.last_stable_of
 ) v
 WHERE (SELECT NOT acl_settings.enforce FROM acl_settings) OR (acl_allowed_v1('topic', v.topic, 'read'));
 COMMENT ON VIEW committed_records IS
-  'read_committed: data records below each partition''s last stable offset that are not from an aborted transaction; never control records. Records here are decided and do not change (until retention).';
+  'read_committed: data records below each partition''s last stable offset that are not from an aborted transaction; never control records. Records here are decided and do not change (until retention, or compaction of a compacted topic).';
 COMMENT ON COLUMN committed_records.topic IS 'The topic name.';
 COMMENT ON COLUMN committed_records.partition IS 'The partition number.';
 COMMENT ON COLUMN committed_records."offset" IS 'The record''s offset.';

@@ -534,6 +534,39 @@ def storage_result() -> dict[str, Any]:
     }
 
 
+def compaction_result() -> dict[str, Any]:
+    """The shape bench/compaction.py writes."""
+    return {
+        **_common("compaction", "2026-11-21T12:30:00+00:00"),
+        "settings": {
+            "partitions": 4,
+            "batch": 1000,
+            "value_bytes": 100,
+            "keys_per_partition": 1024,
+            "pass_offsets": 50_000,
+            "loop_pass_offsets": 5_000,
+            "repeat": 3,
+        },
+        "throughput": {
+            "records": 400_000,
+            "runs": [],
+            "median": {},
+            "examined_per_s": 300_000.0,
+            "removed_per_s": 290_000.0,
+            "raw_deleted_per_s": 600_000.0,
+            "ratio_to_raw_delete": 0.5,
+        },
+        "produce": {
+            "records": 400_000,
+            "runs": [],
+            "median": {"passes": 120.0, "removed": 390_000.0},
+            "alone_per_s": 100_000.0,
+            "beside_per_s": 90_000.0,
+            "ratio": 0.9,
+        },
+    }
+
+
 def full_results() -> dict[str, dict[str, Any]]:
     return {
         "produce": produce_result(),
@@ -545,6 +578,7 @@ def full_results() -> dict[str, dict[str, Any]]:
         "broker": broker_result(),
         "replication": replication_result(),
         "storage": storage_result(),
+        "compaction": compaction_result(),
     }
 
 
@@ -1032,6 +1066,7 @@ def test_failed_skipped_and_missing_benchmarks_are_reported_not_fatal(tmp_path: 
         "missing",
         "missing",
         "missing",
+        "missing",
     ]
     assert "the transactions benchmark failed (exit 1: RuntimeError: the log holds 3 / 4 records)" in md
     assert "the pipeline benchmark has no results (no pipeline.json in " in md
@@ -1042,7 +1077,7 @@ def test_failed_skipped_and_missing_benchmarks_are_reported_not_fatal(tmp_path: 
     # The produce figures are all there; the others' headline rows say why they are not.
     assert "| 0.60, 0.55, 0.75, 0.80 | >= 0.8 (lowest): **not met** |" in md
     rows = report.headlines(outcomes)
-    assert [r.status for r in rows if r.missing] == ["not measured"] * 8
+    assert [r.status for r in rows if r.missing] == ["not measured"] * 9
     assert "Not measured: transactions of 1000 records" in md
     # Only the plots the results allow; the stale one is gone.
     assert sorted(p.name for p in out.glob("*.png")) == ["latency.png", "produce_throughput.png"]
@@ -1097,7 +1132,8 @@ def test_results_from_different_runs_are_flagged(tmp_path: Path) -> None:
     md = path.read_text()
     assert (
         "The results differ in commit (produce: abc1234; transactions: abc1234; pipeline: abc1234; spark: fff0000; "
-        "groups: abc1234; outbox: abc1234; broker: abc1234; replication: abc1234; storage: abc1234)" in md
+        "groups: abc1234; outbox: abc1234; broker: abc1234; replication: abc1234; storage: abc1234; compaction: "
+        "abc1234)" in md
     )
 
 
@@ -1245,6 +1281,24 @@ def test_the_storage_benchmark_is_a_section_and_headline_rows(full_report: tuple
     assert "## Storage and retention" in md
     assert "| 100B | 1,000,000 | 305 | 31 | 0 | 336 | 22.0 GiB |" in md
     assert "| 1KiB | 500,000 | 800,000 | 2,000,000 | 0.45 | 73 | 4.00 ms | 0.04 h | 0.02 h |" in md
+
+
+def test_the_compaction_benchmark_is_a_section_and_headline_rows(full_report: tuple[Path, str]) -> None:
+    _, md = full_report
+    rows = report_rows(full_report)
+    assert figures(headline_by_prefix(rows, "compaction of a keyed topic")) == (
+        "300k records examined/s",
+        "600k rows deleted/s",
+        "0.50",
+    )
+    assert figures(headline_by_prefix(rows, "idempotent produce into partitions being compacted")) == (
+        "90.0k rec/s",
+        "100k rec/s",
+        "0.90",
+    )
+    assert "## Compaction" in md
+    assert "| 400,000 | 300,000 | 290,000 | 600,000 | 0.50 |" in md
+    assert "| 400,000 | 100,000 | 90,000 | 0.90 | 120 | 390,000 |" in md
 
 
 def test_the_broker_benchmark_is_a_section_and_headline_rows(full_report: tuple[Path, str]) -> None:

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
 
+import oncelog
 from oncelog import Admin, Producer, errors
 from oncelog.aio import Admin as AsyncAdmin
 from oncelog.store import compaction, create_engine, log, topics, txn
-from oncelog.store.records import FetchedRecord, RecordIn
+from oncelog.store.records import FetchedRecord, ProduceBatch, ProduceResult, RecordIn
 from oncelog.types import AclBinding
 from tests.support.clock import server_time
 from tests.support.roles import login_roles
@@ -384,7 +386,7 @@ def test_byte_count_holds_against_appends_retention_and_delete_records_racing_it
         if n % 5 == 4:
             topics.delete_records(c, name=TOPIC, offsets={p: max(hw - 300, 0) for p, hw in ends.items()})
 
-    threads = [threading.Thread(target=loop, args=(f,)) for f in (append, clean, retain, delete_some)]
+    threads = [threading.Thread(target=loop, args=(f,)) for f in (append, clean, clean, retain, delete_some)]
     for t in threads:
         t.start()
     deadline = datetime.now(UTC) + timedelta(seconds=60)
@@ -439,3 +441,120 @@ def test_a_transaction_with_a_keyless_record_aborts_and_the_next_one_commits(
         producer.send(TOPIC, b"v", key=b"k", partition=0)
         producer.commit_transaction()
     assert [(r.key, r.value) for r in read(conn)] == [(b"k", b"v")]
+
+
+def test_a_keyless_batch_fails_alone_in_a_request_of_many(admin: Admin, conn: sa.Connection) -> None:
+    admin.create_topic("plain")
+    answers = log.produce_batches(
+        conn,
+        batches=[
+            ProduceBatch("plain", 0, None, [RecordIn(value=b"x")]),
+            ProduceBatch(TOPIC, 0, None, [RecordIn(value=b"v", key=b"k"), RecordIn(value=b"keyless")]),
+            ProduceBatch(TOPIC, 1, None, [RecordIn(value=b"v", key=b"k")]),
+        ],
+    )
+    assert isinstance(answers[0], ProduceResult) and isinstance(answers[2], ProduceResult)
+    assert isinstance(answers[1], errors.InvalidRecordError)
+    assert stored(conn, 0) == [] and [k for _, k, _ in stored(conn, 1)] == [b"k"]
+
+
+def test_send_in_the_applications_transaction_refuses_a_keyless_record(admin: Admin, engine: sa.Engine) -> None:
+    with engine.begin() as app:
+        oncelog.send(app, TOPIC, b"v", b"k")
+        with pytest.raises(errors.InvalidRecordError, match="every record needs a key"):
+            oncelog.send(app, TOPIC, b"keyless")
+
+
+def test_a_clean_section_partly_below_the_log_start_still_counts_as_clean_in_proportion(
+    admin: Admin, conn: sa.Connection
+) -> None:
+    """The dirty ratio after DeleteRecords moved the log start into the clean section: scaled, not
+    read as a log with nothing dirty (which never reached the ratio again)."""
+    admin.alter_topic_config(TOPIC, {"cleanup_policy": "compact,delete", "min_cleanable_dirty_ratio": 0.4})
+    write(conn, [(b"k%03d" % i, b"v" * 10) for i in range(100)])
+    admin.compact(TOPIC, force=True)
+    admin.delete_records(TOPIC, {0: 90})
+    write(conn, [(b"n%03d" % i, b"v" * 10) for i in range(10)])
+    (status,) = [s for s in admin.compaction_status(TOPIC) if s.partition == 0]
+    assert 0.4 <= status.dirty_ratio <= 0.6
+    assert [p.partition for p in admin.compact(TOPIC).passes] == [0]
+
+
+def test_a_run_ends_while_records_keep_arriving(admin: Admin, db_url: str) -> None:
+    stop = threading.Event()
+
+    def writer() -> None:
+        engine = create_engine(db_url, isolation_level="AUTOCOMMIT")
+        try:
+            with engine.connect() as c:
+                n = 0
+                while not stop.is_set():
+                    log.produce(c, topic=TOPIC, partition=0, records=[RecordIn(value=b"%d" % n, key=b"k")])
+                    n += 1
+        finally:
+            engine.dispose()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        for _ in range(20):
+            admin.compact(TOPIC, batch=3, force=True)  # returns: records written since are the next run's
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_a_commit_marker_goes_once_its_records_are_below_the_log_start(admin: Admin, conn: sa.Connection) -> None:
+    t = Txn(conn, "t")
+    t.write([(b"a", b"1")])
+    t.end(commit=True)
+    write(conn, [(b"b", b"1")])
+    now = datetime.now(UTC)
+    with server_time(conn, now):
+        admin.compact(TOPIC, force=True)
+    assert [c for _, _, c in stored(conn)] == [None, "commit", None]
+    admin.delete_records(TOPIC, {0: 1})  # the transaction's record leaves the log; its marker does not
+    with server_time(conn, now + timedelta(days=1, seconds=1)):
+        admin.compact(TOPIC, force=True)
+    assert [c for o, _, c in stored(conn) if o >= 1] == [None]
+
+
+def test_an_unknown_topics_status_needs_the_acl_too(admin: Admin, engine: sa.Engine, db_url: str) -> None:
+    with login_roles(engine, db_url, kinds=("client",)) as urls:
+        client = create_engine(urls["client"], isolation_level="AUTOCOMMIT")
+        try:
+            with client.connect() as c, pytest.raises(errors.TopicAuthorizationError):
+                compaction.compaction_status(c, topic="no-such-topic")
+        finally:
+            client.dispose()
+
+
+def test_compacting_a_topic_waits_for_the_appends_in_flight(admin: Admin, engine: sa.Engine, db_url: str) -> None:
+    """Switched to compact while a keyless append holds a partition: the switch returns only after
+    that append committed, so no keyless record is acknowledged after it."""
+    admin.create_topic("switching")
+    done = threading.Event()
+
+    def switch() -> None:
+        with Admin(db_url) as other:
+            other.alter_topic_config("switching", {"cleanup_policy": "compact"})
+        done.set()
+
+    with engine.begin() as app:
+        log.produce(app, topic="switching", partition=0, records=[RecordIn(value=b"keyless")])
+        thread = threading.Thread(target=switch)
+        thread.start()
+        with engine.connect() as watch:
+            for _ in range(600):
+                waiting = watch.exec_driver_sql(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND query LIKE '%%alter_topic_config_v1%%'"
+                ).scalar_one()
+                if waiting:
+                    break
+                time.sleep(0.05)
+        assert waiting == 1 and not done.is_set()
+    thread.join(timeout=30)
+    assert done.is_set()
+    with engine.connect() as c, pytest.raises(errors.InvalidRecordError):
+        log.produce(c, topic="switching", partition=0, records=[RecordIn(value=b"keyless")])
