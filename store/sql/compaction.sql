@@ -106,6 +106,7 @@ DECLARE
     v_hz_from bigint;
     v_hz_to bigint;
     v_doomed bigint[];
+    v_doomed_bytes bigint[];
     v_examined bigint := 0;
     v_removed bigint := 0;
     v_bytes bigint := 0;
@@ -177,39 +178,34 @@ BEGIN
         v_to := greatest(v_end, v_from);
         v_clean_start := c.log_start_offset;
         v_doomed := '{}';
+        v_doomed_bytes := '{}';
         v_live := NULL;
         IF v_to > v_from THEN
-            WITH chunk AS MATERIALIZED (
-                SELECT r."offset", r.key, r.control_type, r.aborted, record_bytes_v1(r.key, r.value, r.headers) AS bytes
-                FROM records r
-                WHERE r.topic_id = c.topic_id AND r.partition = c.partition
-                  AND r."offset" >= v_from AND r."offset" < v_to
-            ), latest AS MATERIALIZED (
-                -- Each key's last committed record in the chunk (a tombstone counts: it supersedes).
-                SELECT DISTINCT ON (k.key) k.key, k."offset" FROM chunk k
-                WHERE k.control_type IS NULL AND NOT k.aborted AND k.key IS NOT NULL
-                ORDER BY k.key, k."offset" DESC
-            ), clean AS MATERIALIZED (
-                SELECT r."offset", r.key, record_bytes_v1(r.key, r.value, r.headers) AS bytes FROM records r
-                WHERE r.topic_id = c.topic_id AND r.partition = c.partition
-                  AND r."offset" >= c.log_start_offset AND r."offset" < v_from AND r.control_type IS NULL
-            ), doomed AS (
-                -- In the chunk: aborted records (Kafka removes them at once, whatever their key),
-                -- records without a key (written before the topic was compacted; Kafka's cleaner
-                -- drops them too) and records a later one of their key supersedes.
-                SELECT k."offset", k.bytes FROM chunk k
-                WHERE k.control_type IS NULL
-                  AND (k.aborted OR k.key IS NULL
-                       OR EXISTS (SELECT 1 FROM latest l WHERE l.key = k.key AND l."offset" > k."offset"))
-                UNION ALL
-                -- In the clean section: each chunk key's older record. The clean section holds at
-                -- most one record per key, so this removes at most one per key of the chunk.
-                SELECT r."offset", r.bytes FROM clean r JOIN latest l ON l.key = r.key
-            )
-            SELECT (SELECT count(*) FROM chunk), (SELECT coalesce(array_agg(d."offset"), '{}') FROM doomed d),
-                   (SELECT coalesce(sum(k.bytes), 0) FROM chunk k) + (SELECT coalesce(sum(r.bytes), 0) FROM clean r)
-                   - (SELECT coalesce(sum(d.bytes), 0) FROM doomed d)
-            INTO v_examined, v_doomed, v_live;
+            -- One window over the clean section and the chunk, by key: a record goes when a later
+            -- committed record of its key follows it (in the chunk; the clean section holds at
+            -- most one per key), and a chunk record also when it is aborted (Kafka removes those
+            -- at once, whatever their key) or has no key (written before the topic was compacted;
+            -- Kafka's cleaner drops those too). A tombstone counts as a later record: it
+            -- supersedes. (A window, not a join of the chunk's keys with the section: estimated
+            -- from parameters, the join was planned as a nested loop over every pair.)
+            SELECT count(*) FILTER (WHERE x.in_chunk),
+                   coalesce(array_agg(x."offset" ORDER BY x."offset") FILTER (WHERE x.doomed), '{}'),
+                   coalesce(array_agg(x.bytes ORDER BY x."offset") FILTER (WHERE x.doomed), '{}'),
+                   coalesce(sum(x.bytes) FILTER (WHERE NOT x.doomed), 0)
+            INTO v_examined, v_doomed, v_doomed_bytes, v_live
+            FROM (SELECT w."offset", w.bytes, w.in_chunk,
+                         (w.in_chunk AND (w.aborted OR w.key IS NULL)) OR coalesce(w."offset" < w.last_of_key, false)
+                             AS doomed
+                  FROM (SELECT r."offset", r.key, r.aborted, r."offset" >= v_from AS in_chunk,
+                               -- record_bytes_v1, written out: a function with its own search_path
+                               -- is never inlined, and its call per row was most of the pass.
+                               coalesce(octet_length(r.key), 0)::bigint + coalesce(octet_length(r.value), 0)
+                               + coalesce(octet_length(r.headers::text), 0) AS bytes,
+                               max(r."offset") FILTER (WHERE NOT r.aborted AND r.key IS NOT NULL)
+                                   OVER (PARTITION BY r.key) AS last_of_key
+                        FROM records r
+                        WHERE r.topic_id = c.topic_id AND r.partition = c.partition
+                          AND r."offset" >= c.log_start_offset AND r."offset" < v_to AND r.control_type IS NULL) w) x;
         END IF;
 
         -- Phase 2. Lock order: the partition row before its records, as appends (produce_v2),
@@ -236,15 +232,24 @@ BEGIN
 
         v_txns := NULL;
         IF cardinality(v_doomed) > 0 THEN
+            -- A join with the planned offsets, within their range: with a table's statistics from
+            -- when it was small, "= ANY (array)" was planned as a scan of the whole partition
+            -- that searched the array once per row.
             WITH gone AS (
-                DELETE FROM records r
-                WHERE r.topic_id = c.topic_id AND r.partition = c.partition AND r."offset" = ANY (v_doomed)
-                  AND r."offset" >= v_pt.log_start_offset
-                RETURNING record_bytes_v1(r.key, r.value, r.headers) AS bytes, r.producer_id, r.txn_number
+                DELETE FROM records r USING unnest(v_doomed) AS d(o)
+                WHERE r.topic_id = c.topic_id AND r.partition = c.partition AND r."offset" = d.o
+                  AND r."offset" >= greatest(v_pt.log_start_offset, v_doomed[1])
+                  AND r."offset" <= v_doomed[cardinality(v_doomed)]
+                RETURNING r.producer_id, r.txn_number
             )
-            SELECT count(*), coalesce(sum(g.bytes), 0),
+            SELECT count(*),
                    jsonb_agg(DISTINCT jsonb_build_array(g.producer_id, g.txn_number)) FILTER (WHERE g.txn_number IS NOT NULL)
-            INTO v_removed, v_bytes, v_txns FROM gone g;
+            INTO v_removed, v_txns FROM gone g;
+            -- Every planned row from the log start on was deleted by this statement: no other
+            -- pass ran since the plan (checked above), and retention deletes only below the log
+            -- start. So their bytes, counted in the plan, are the bytes that left the log.
+            SELECT coalesce(sum(d.b), 0) INTO v_bytes FROM unnest(v_doomed, v_doomed_bytes) AS d(o, b)
+            WHERE d.o >= v_pt.log_start_offset;
         END IF;
 
         -- Tombstones and transaction markers go once they have been in the clean section for

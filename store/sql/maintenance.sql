@@ -150,7 +150,8 @@ BEGIN
                 -- log_bytes counts the live log (from the log start), so drop the shortest prefix
                 -- that brings it within the limit.
                 SELECT coalesce(min(c."offset") + 1, v_start) INTO v_upto FROM (
-                    SELECT r."offset", sum(record_bytes_v1(r.key, r.value, r.headers)) OVER (ORDER BY r."offset") AS cum
+                    SELECT r."offset", sum(coalesce(octet_length(r.key), 0) + coalesce(octet_length(r.value), 0)
+                                           + coalesce(octet_length(r.headers::text), 0)) OVER (ORDER BY r."offset") AS cum
                     FROM records r
                     WHERE r.topic_id = pt.topic_id AND r.partition = pt.partition
                       AND r."offset" >= v_locked.log_start_offset
@@ -164,7 +165,8 @@ BEGIN
                 UPDATE partitions p
                 SET log_start_offset = v_start,
                     log_bytes = greatest(p.log_bytes - coalesce((
-                        SELECT sum(record_bytes_v1(r.key, r.value, r.headers))
+                        SELECT sum(coalesce(octet_length(r.key), 0) + coalesce(octet_length(r.value), 0)
+                                   + coalesce(octet_length(r.headers::text), 0))
                         FROM records r
                         WHERE r.topic_id = pt.topic_id AND r.partition = pt.partition
                           AND r."offset" >= p.log_start_offset AND r."offset" < v_start), 0), 0)

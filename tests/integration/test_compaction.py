@@ -544,7 +544,8 @@ def test_compacting_a_topic_waits_for_the_appends_in_flight(admin: Admin, engine
         log.produce(app, topic="switching", partition=0, records=[RecordIn(value=b"keyless")])
         thread = threading.Thread(target=switch)
         thread.start()
-        with engine.connect() as watch:
+        # Autocommit: within one transaction pg_stat_activity answers from one snapshot.
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as watch:
             for _ in range(600):
                 waiting = watch.exec_driver_sql(
                     "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
