@@ -256,7 +256,9 @@ def _install(signature: str, fn: dict[str, Any]) -> list[str]:
     literal = "NULL" if fn["comment"] is None else "'" + fn["comment"].replace("'", "''") + "'"
     out.append(f"COMMENT ON FUNCTION {signature} IS {literal};")
     if fn["acl"] is not None:
-        out.append(f"REVOKE ALL ON FUNCTION {signature} FROM PUBLIC;")
+        # From the roles too: a downgrade must take back what the upgrade granted them.
+        grantees = ", ".join(["PUBLIC", *(f"@schema@_{role}" for role in ROLES)])
+        out.append(f"REVOKE ALL ON FUNCTION {signature} FROM {grantees};")
         grantees = [a.split("=")[0] for a in fn["acl"] if a.split("=")[0] not in ("", "postgres")]
         grantees = [_roles(g) for g in grantees]
         if grantees:

@@ -18,6 +18,8 @@ GRANT EXECUTE ON FUNCTION alter_topic_config_v1(text, jsonb) TO oncelog_admin;
 REVOKE ALL ON FUNCTION record_bytes_v1(bytea, bytea, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION ms_before_v1(timestamp with time zone, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION dirty_ratio_v2(bigint, bigint, bigint, bigint, bigint) FROM PUBLIC;
+-- (The compaction_status view calls it as its reader: pure arithmetic.)
+GRANT EXECUTE ON FUNCTION dirty_ratio_v2(bigint, bigint, bigint, bigint, bigint) TO oncelog_reader, oncelog_client, oncelog_admin;
 REVOKE ALL ON FUNCTION cleanable_end_v2(integer, integer, bigint, bigint, bigint, bigint, timestamp with time zone) FROM PUBLIC;
 REVOKE ALL ON FUNCTION compact_v2(text, integer, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION compact_v2(text, integer, boolean) TO oncelog_admin;
@@ -187,5 +189,6 @@ GRANT SELECT ON committed_records TO oncelog_reader, oncelog_client, oncelog_adm
 GRANT SELECT ON group_offsets TO oncelog_reader, oncelog_client, oncelog_admin;
 GRANT SELECT ON group_status TO oncelog_reader, oncelog_client, oncelog_admin;
 GRANT SELECT ON partition_offsets TO oncelog_reader, oncelog_client, oncelog_admin;
+GRANT SELECT ON compaction_status TO oncelog_reader, oncelog_client, oncelog_admin;
 GRANT SELECT ON pending_group_offsets TO oncelog_reader, oncelog_client, oncelog_admin;
 GRANT SELECT ON transaction_status TO oncelog_reader, oncelog_client, oncelog_admin;

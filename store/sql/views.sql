@@ -29,6 +29,34 @@ COMMENT ON COLUMN partition_offsets.open_transactions IS 'Open transactions that
 COMMENT ON COLUMN partition_offsets.log_bytes IS 'Bytes of keys, values and headers in the log.';
 COMMENT ON COLUMN partition_offsets.topic_id IS 'The topic''s id (for joins).';
 
+CREATE OR REPLACE VIEW compaction_status WITH (security_barrier) AS
+SELECT * FROM (
+SELECT t.name AS topic, p.partition, t.cleanup_policy, p.log_start_offset,
+       greatest(p.log_start_offset, coalesce(s.clean_offset, 0)) AS clean_offset, p.next_offset AS high_watermark,
+       p.log_bytes, dirty_ratio_v2(p.log_bytes, p.log_start_offset, s.clean_start, s.clean_offset, s.clean_bytes) AS dirty_ratio,
+       coalesce(s.examined_records, 0) AS examined_records, coalesce(s.removed_records, 0) AS removed_records,
+       coalesce(s.removed_bytes, 0) AS removed_bytes, s.cleaned_at
+FROM partitions p
+JOIN topics t USING (topic_id)
+LEFT JOIN cleaner_state s ON s.topic_id = p.topic_id AND s.partition = p.partition
+WHERE t.cleanup_policy <> 'delete'
+) v
+WHERE (SELECT NOT acl_settings.enforce FROM acl_settings) OR (acl_allowed_v1('topic', v.topic, 'describe'));
+COMMENT ON VIEW compaction_status IS
+  'Per partition of every compacted topic: the end of its clean section, its dirty ratio (compaction starts at the topic''s min_cleanable_dirty_ratio) and what compaction has examined and removed so far.';
+COMMENT ON COLUMN compaction_status.topic IS 'The topic name.';
+COMMENT ON COLUMN compaction_status.partition IS 'The partition number.';
+COMMENT ON COLUMN compaction_status.cleanup_policy IS 'compact, or compact,delete (retention too).';
+COMMENT ON COLUMN compaction_status.log_start_offset IS 'The first offset still in the log.';
+COMMENT ON COLUMN compaction_status.clean_offset IS 'The end of the clean section: below it each key has at most one record.';
+COMMENT ON COLUMN compaction_status.high_watermark IS 'The offset the next record will get.';
+COMMENT ON COLUMN compaction_status.log_bytes IS 'Bytes of keys, values and headers in the log.';
+COMMENT ON COLUMN compaction_status.dirty_ratio IS 'The share of the live bytes above the clean section.';
+COMMENT ON COLUMN compaction_status.examined_records IS 'Records compaction has read in dirty sections, in all.';
+COMMENT ON COLUMN compaction_status.removed_records IS 'Records compaction has removed, in all.';
+COMMENT ON COLUMN compaction_status.removed_bytes IS 'Bytes compaction has removed, in all.';
+COMMENT ON COLUMN compaction_status.cleaned_at IS 'When compaction last ran on the partition (NULL: never).';
+
 CREATE OR REPLACE VIEW committed_records WITH (security_barrier) AS
 SELECT * FROM (
 SELECT o.topic, r.partition, r."offset", r.key, r.value, r.headers, r."timestamp", r.producer_id

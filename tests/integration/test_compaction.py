@@ -7,6 +7,7 @@ its byte count holds against retention, DeleteRecords and appends racing it, on 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 import oncelog
-from oncelog import Admin, Producer, errors
+from oncelog import Admin, Consumer, Producer, TopicPartition, errors
 from oncelog.aio import Admin as AsyncAdmin
 from oncelog.store import compaction, create_engine, log, topics, txn
 from oncelog.store.records import FetchedRecord, ProduceBatch, ProduceResult, RecordIn
@@ -117,6 +118,17 @@ def log_bytes_agree(conn: sa.Connection) -> None:
     ).all()
     for partition, counted, actual in rows:
         assert counted == actual, f"partition {partition}: log_bytes {counted}, records hold {actual}"
+
+
+@contextlib.contextmanager
+def engine_for(db_url: str) -> Iterator[sa.Connection]:
+    """An autocommit connection of a short-lived engine."""
+    engine = create_engine(db_url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as c:
+            yield c
+    finally:
+        engine.dispose()
 
 
 def latest(records: list[FetchedRecord]) -> dict[bytes, tuple[int, bytes | None]]:
@@ -305,6 +317,8 @@ def test_only_the_admin_compacts_and_describe_needs_the_acl(admin: Admin, engine
             with client.connect() as c:
                 with pytest.raises(errors.AuthorizationError):
                     compaction.compact(c, topic=TOPIC, force=True)
+                assert len(compaction.compaction_status(c, topic=TOPIC)) == 2  # enforcement is off
+                admin.set_acl_enforcement(True)
                 with pytest.raises(errors.TopicAuthorizationError):
                     compaction.compaction_status(c, topic=TOPIC)
                 role = str(c.exec_driver_sql("SELECT current_user").scalar_one())
@@ -523,8 +537,12 @@ def test_an_unknown_topics_status_needs_the_acl_too(admin: Admin, engine: sa.Eng
     with login_roles(engine, db_url, kinds=("client",)) as urls:
         client = create_engine(urls["client"], isolation_level="AUTOCOMMIT")
         try:
-            with client.connect() as c, pytest.raises(errors.TopicAuthorizationError):
-                compaction.compaction_status(c, topic="no-such-topic")
+            with client.connect() as c:
+                with pytest.raises(errors.UnknownTopicOrPartitionError):
+                    compaction.compaction_status(c, topic="no-such-topic")
+                admin.set_acl_enforcement(True)
+                with pytest.raises(errors.TopicAuthorizationError):
+                    compaction.compaction_status(c, topic="no-such-topic")
         finally:
             client.dispose()
 
@@ -559,3 +577,117 @@ def test_compacting_a_topic_waits_for_the_appends_in_flight(admin: Admin, engine
     assert done.is_set()
     with engine.connect() as c, pytest.raises(errors.InvalidRecordError):
         log.produce(c, topic="switching", partition=0, records=[RecordIn(value=b"keyless")])
+
+
+def test_a_consumer_reading_during_compaction_never_sees_a_key_go_back(admin: Admin, db_url: str) -> None:
+    """Writers append versions 0, 1, 2, ... of each key while a loop compacts without pause and a
+    read_committed consumer reads from the start: every key's versions arrive in increasing
+    order, no offset twice, and the consumer ends at every key's last version."""
+    keys, versions = 20, 150
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def cleaner() -> None:
+        engine = create_engine(db_url, isolation_level="AUTOCOMMIT")
+        try:
+            with engine.connect() as c:
+                while not stop.is_set():
+                    compaction.compact(c, topic=TOPIC, batch=50, force=True)
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            engine.dispose()
+
+    thread = threading.Thread(target=cleaner)
+    thread.start()
+    seen: dict[bytes, int] = {}
+    offsets: list[int] = []
+    try:
+        with Producer(db_url, linger_ms=0) as producer, Consumer(db_url) as consumer:
+            consumer.assign([TopicPartition(TOPIC, 0)])
+            for v in range(versions):
+                for k in range(keys):
+                    producer.send(TOPIC, b"%d" % v, key=b"k%02d" % k, partition=0)
+                if v % 10 == 0:
+                    producer.flush()
+                for r in consumer.poll(0.0):
+                    assert r.key is not None and r.value is not None
+                    version = int(r.value)
+                    assert version > seen.get(r.key, -1), f"key {r.key!r} went back to {version}"
+                    seen[r.key] = version
+                    offsets.append(r.offset)
+            producer.flush()
+            end = consumer.end_offsets([TopicPartition(TOPIC, 0)])[TopicPartition(TOPIC, 0)]
+            while consumer.position(TopicPartition(TOPIC, 0)) < end:
+                for r in consumer.poll(1.0):
+                    assert r.key is not None and r.value is not None
+                    assert int(r.value) > seen.get(r.key, -1)
+                    seen[r.key] = int(r.value)
+                    offsets.append(r.offset)
+    finally:
+        stop.set()
+        thread.join()
+    assert not failures, failures
+    assert offsets == sorted(set(offsets))
+    assert seen == {b"k%02d" % k: versions - 1 for k in range(keys)}
+
+
+def test_an_exactly_once_copy_of_a_compacted_topic_equals_it(admin: Admin, conn: sa.Connection, db_url: str) -> None:
+    """A consume-transform-produce copier (group offsets in each transaction) over a compacted
+    input copies exactly what a reader of the compacted input sees, in order, once."""
+    admin.create_topic("copy", config={"cleanup_policy": "compact"})
+    t = Txn(conn, "history")
+    for round_ in range(5):
+        write(conn, [(b"k%d" % (i % 7), b"plain-%d-%d" % (round_, i)) for i in range(20)])
+        t.write([(b"k%d" % i, b"txn-%d-%d" % (round_, i)) for i in range(3)])
+        t.end(commit=round_ % 2 == 0)
+    write(conn, [(b"k1", None)])  # a tombstone
+    admin.compact(TOPIC, force=True)
+    expected = [(r.key, r.value) for r in read(conn)]
+    tp = TopicPartition(TOPIC, 0)
+    with (
+        Consumer(db_url, group_id="copier", enable_auto_commit=False) as consumer,
+        Producer(db_url, transactional_id="copier-1") as producer,
+    ):
+        consumer.assign([tp])
+        producer.init_transactions()
+        end = consumer.end_offsets([tp])[tp]
+        while consumer.position(tp) < end:
+            got = consumer.poll(1.0)
+            producer.begin_transaction()
+            for r in got:
+                producer.send("copy", r.value, key=r.key, partition=0)
+            producer.send_offsets_to_transaction({tp: consumer.position(tp)}, consumer.group_metadata())
+            producer.commit_transaction()
+    with engine_for(db_url) as c:
+        copied = [
+            (r.key, r.value) for r in log.fetch_many(c, {("copy", 0): 0}, max_records=10_000)[("copy", 0)].records
+        ]
+    assert copied == expected and len(expected) == 7  # k0..k6, k1 as its tombstone
+
+
+def test_the_compaction_status_view_shows_what_the_reader_may_describe(
+    admin: Admin, engine: sa.Engine, db_url: str, conn: sa.Connection
+) -> None:
+    write(conn, [(b"a", b"1"), (b"a", b"2")])
+    admin.compact(TOPIC, force=True)
+    admin.create_topic("secret", config={"cleanup_policy": "compact,delete"})
+    admin.create_topic("plain")
+    query = (
+        "SELECT topic, partition, clean_offset, removed_records, dirty_ratio FROM compaction_status "
+        "ORDER BY topic, partition"
+    )
+    with login_roles(engine, db_url, kinds=("reader",)) as urls:
+        reader = create_engine(urls["reader"], isolation_level="AUTOCOMMIT")
+        try:
+            with reader.connect() as c:
+                admin.set_acl_enforcement(True)
+                assert c.exec_driver_sql(query).all() == []
+                role = str(c.exec_driver_sql("SELECT current_user").scalar_one())
+                admin.create_acls([AclBinding(role, "topic", TOPIC, "describe")])
+                assert [tuple(r) for r in c.exec_driver_sql(query)] == [(TOPIC, 0, 2, 1, 0.0), (TOPIC, 1, 0, 0, 0.0)]
+                admin.set_acl_enforcement(False)
+                # Every compacted topic's partitions, and none of a topic that is not compacted.
+                assert [tuple(r)[:2] for r in c.exec_driver_sql(query)] == [("secret", 0), (TOPIC, 0), (TOPIC, 1)]
+        finally:
+            reader.dispose()
