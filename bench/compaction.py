@@ -14,11 +14,12 @@ pool of 1024 per partition, so all but the last record of each key is superseded
    same deletion done by PostgreSQL alone on a plain copy of the rows (same columns and primary
    key): one ``DELETE`` of every row that a later row of its partition and key supersedes. Both are
    followed by nothing else (no VACUUM); the ratio is the raw DELETE's time over compaction's.
-2. **Producers meanwhile.** Two topics are filled alike. The writers then append as many records
-   again to one of them alone, and to the other while a loop compacts it without pause (forced
-   passes of 5,000 offsets, each its own transaction, on the partitions the writers append to).
-   Records/s with compaction running over records/s without: the cost to producers. The two runs
-   alternate in order, ``--repeat`` pairs (default 3; 1 with --quick), and the median ratio is kept.
+2. **Producers meanwhile.** Three topics are filled alike. The writers then append as many records
+   again to one of them alone; to another while a loop compacts it without pause (forced passes of
+   5,000 offsets, each its own transaction, on the partitions the writers append to); and to the
+   third while the loop compacts a fourth topic. Records/s with compaction running over records/s
+   without: the cost to producers, and (the third) how much of it is the CPU the loop takes rather
+   than its locks. The order rotates, ``--repeat`` rounds (default 3; 1 with --quick), medians kept.
 """
 
 from __future__ import annotations
@@ -159,29 +160,34 @@ class Cleaner(threading.Thread):
 
 
 def produce_alone_and_beside(bench: Bench, data: Data, records: int, repeat: int) -> dict[str, Any]:
+    """The same appends three ways: alone; into the partitions a loop compacts; while the loop
+    compacts another topic (the CPU it takes, without its locks)."""
     per_partition = records // PARTITIONS
     runs: list[dict[str, float]] = []
+    variants = ("alone", "beside", "elsewhere")
     for r in range(repeat):
-        log(f"produce beside compaction: {records:,} records, pair {r + 1} of {repeat}")
+        log(f"produce beside compaction: {records:,} records, round {r + 1} of {repeat}")
         bench.reset()
-        alone, beside = compacted_topic(bench), compacted_topic(bench)
-        for topic in (alone, beside):
+        alone, beside, elsewhere, other = (compacted_topic(bench) for _ in range(4))
+        for topic in (alone, beside, elsewhere):
             fill(bench, topic, data, 0, per_partition)
-        order = ("alone", "beside") if r % 2 == 0 else ("beside", "alone")
+        fill(bench, other, data, 0, 4 * per_partition)  # enough to keep the loop busy throughout
         run: dict[str, float] = {}
-        for which in order:
+        for which in variants[r % 3 :] + variants[: r % 3]:
             if which == "alone":
                 run["alone_s"] = fill(bench, alone, data, per_partition, per_partition)
                 continue
-            cleaner = Cleaner(bench, beside)
+            target = beside if which == "beside" else elsewhere
+            cleaner = Cleaner(bench, beside if which == "beside" else other)
             cleaner.start()
             try:
-                run["beside_s"] = fill(bench, beside, data, per_partition, per_partition)
+                run[f"{which}_s"] = fill(bench, target, data, per_partition, per_partition)
             finally:
                 cleaner.stop.set()
                 cleaner.join()
-            run["passes"], run["removed"] = float(cleaner.passes), float(cleaner.removed)
+            run[f"{which}_passes"], run[f"{which}_removed"] = float(cleaner.passes), float(cleaner.removed)
         run["ratio"] = run["alone_s"] / run["beside_s"]
+        run["ratio_elsewhere"] = run["alone_s"] / run["elsewhere_s"]
         runs.append(run)
     appended = per_partition * PARTITIONS
     med = {k: statistics.median(run[k] for run in runs) for k in runs[0]}
@@ -191,7 +197,9 @@ def produce_alone_and_beside(bench: Bench, data: Data, records: int, repeat: int
         "median": med,
         "alone_per_s": round(appended / med["alone_s"], 1),
         "beside_per_s": round(appended / med["beside_s"], 1),
+        "elsewhere_per_s": round(appended / med["elsewhere_s"], 1),
         "ratio": round(med["ratio"], 3),
+        "ratio_elsewhere": round(med["ratio_elsewhere"], 3),
     }
 
 
