@@ -178,10 +178,10 @@ class Admin(Client):
                 done = compaction.compact(conn, topic=topic, batch=batch, force=force)
             if done is None:
                 break
+            passes.append(done)  # committed: it counts even when it ends the run
             where = (done.topic, done.partition)
             if where in done_with:
                 break
-            passes.append(done)
             target = targets.setdefault(where, done.clean_offset + done.dirty_offsets)
             if not done.more or done.clean_offset >= target:
                 done_with.add(where)

@@ -112,10 +112,6 @@ DECLARE
     v_bytes bigint := 0;
     v_live bigint;
     v_clean_start bigint;
-    v_n bigint;
-    v_b bigint;
-    v_txns jsonb;  -- [[producer id, transaction number], ...] whose records this pass removed
-    v_hz_txns jsonb;
     v_cp_offsets bigint[];
     v_cp_times timestamptz[];
 BEGIN
@@ -141,6 +137,7 @@ BEGIN
                t.max_compaction_lag_ms, t.delete_retention_ms, t.min_cleanable_dirty_ratio,
                greatest(p.log_start_offset, coalesce(s.clean_offset, 0)) AS clean_from,
                greatest(p.log_start_offset, coalesce(s.horizon_offset, 0)) AS horizon_from,
+               coalesce(s.clean_offset, 0) AS state_clean_offset, coalesce(s.horizon_offset, 0) AS state_horizon_offset,
                dirty_ratio_v2(p.log_bytes, p.log_start_offset, s.clean_start, s.clean_offset, s.clean_bytes) AS ratio,
                (SELECT max(k.o) FROM unnest(s.checkpoint_offsets, s.checkpoint_times) AS k(o, at)
                 WHERE k.at <= ms_before_v1(v_now, t.delete_retention_ms)) AS horizon
@@ -168,51 +165,83 @@ BEGIN
         END IF;
         CONTINUE WHEN v_end <= c.clean_from AND coalesce(c.horizon, 0) <= c.horizon_from;
 
-        -- Phase 1, without the partition's lock: what this pass deletes, and the clean section's
-        -- live bytes after it. The records read lie below the last stable offset: decided, never
-        -- changed again, only ever deleted (by retention below the log start, or by a pass,
+        -- Phase 1, without the partition's lock: every row this pass deletes, and the clean
+        -- section's live bytes after it. The rows read lie below the last stable offset: decided,
+        -- never changed again, only ever deleted (by retention below the log start, or by a pass,
         -- which the state check below catches), so the plan holds until phase 2 carries it out.
-        -- The clean section is read here, once per pass (there is no index on keys: every append
-        -- would pay for one), so appends never wait on that scan (revision 0034).
+        -- One scan of the clean section and the chunk (there is no index on keys: every append
+        -- would pay for one), and it is made before the lock, so appends never wait on it
+        -- (revisions 0034, 0037).
         v_from := c.clean_from;
         v_to := greatest(v_end, v_from);
         v_clean_start := c.log_start_offset;
-        v_doomed := '{}';
-        v_doomed_bytes := '{}';
-        v_live := NULL;
-        IF v_to > v_from THEN
-            -- One window over the clean section and the chunk, by key: a record goes when a later
-            -- committed record of its key follows it (in the chunk; the clean section holds at
-            -- most one per key), and a chunk record also when it is aborted (Kafka removes those
-            -- at once, whatever their key) or has no key (written before the topic was compacted;
-            -- Kafka's cleaner drops those too). A tombstone counts as a later record: it
-            -- supersedes. (A window, not a join of the chunk's keys with the section: estimated
-            -- from parameters, the join was planned as a nested loop over every pair.)
-            SELECT count(*) FILTER (WHERE x.in_chunk),
-                   coalesce(array_agg(x."offset" ORDER BY x."offset") FILTER (WHERE x.doomed), '{}'),
-                   coalesce(array_agg(x.bytes ORDER BY x."offset") FILTER (WHERE x.doomed), '{}'),
-                   coalesce(sum(x.bytes) FILTER (WHERE NOT x.doomed), 0)
-            INTO v_examined, v_doomed, v_doomed_bytes, v_live
-            FROM (SELECT w."offset", w.bytes, w.in_chunk,
-                         (w.in_chunk AND (w.aborted OR w.key IS NULL)) OR coalesce(w."offset" < w.last_of_key, false)
-                             AS doomed
-                  FROM (SELECT r."offset", r.key, r.aborted, r."offset" >= v_from AS in_chunk,
-                               -- record_bytes_v1, written out: a function with its own search_path
-                               -- is never inlined, and its call per row was most of the pass.
-                               coalesce(octet_length(r.key), 0)::bigint + coalesce(octet_length(r.value), 0)
-                               + coalesce(octet_length(r.headers::text), 0) AS bytes,
-                               max(r."offset") FILTER (WHERE NOT r.aborted AND r.key IS NOT NULL)
-                                   OVER (PARTITION BY r.key) AS last_of_key
-                        FROM records r
-                        WHERE r.topic_id = c.topic_id AND r.partition = c.partition
-                          AND r."offset" >= c.log_start_offset AND r."offset" < v_to AND r.control_type IS NULL) w) x;
-        END IF;
+        v_examined := 0;
+        v_removed := 0;
+        v_bytes := 0;
+        -- The delete horizon's window: tombstones and markers the end of a pass delete_retention_ms
+        -- ago passed (Kafka's delete horizon: a reader from the start has had that long to see a
+        -- deletion). At most p_batch offsets of it per pass.
+        v_hz_from := c.horizon_from;
+        v_hz_to := greatest(least(coalesce(c.horizon, 0), c.clean_from, v_hz_from + p_batch), v_hz_from);
+        -- Per row, by two windows: by key, whether a later committed record of its key follows it
+        -- (a tombstone counts: it supersedes); by transaction, whether any of its data records
+        -- survives this pass, and whether this pass removes one. What goes:
+        -- * in the chunk, aborted records (Kafka removes them at once, whatever their key) and
+        --   records without a key (written before the topic was compacted; Kafka's cleaner drops
+        --   them too); anywhere, a record a later one of its key supersedes (the clean section holds
+        --   at most one per key, so its later record is in the chunk);
+        -- * in the horizon's window, tombstones (the pass that cleaned one removed its key's older
+        --   records, so nothing of the key is left) and abort markers (their records were aborted,
+        --   and removed by the same passes);
+        -- * a commit marker once no record of its transaction is left in the log: in the horizon's
+        --   window, or below it when this pass removes the transaction's last record. Its records
+        --   all lie below it, so within this scan; no search along its span (revision 0037: that
+        --   walk, under the lock, had no bound).
+        -- (Windows, not joins: estimated from parameters, a join of the chunk with the section was
+        -- planned as a nested loop over every pair. The bytes are written out: a function with its
+        -- own search_path is never inlined, and its call per row cost most of the pass.)
+        WITH w AS MATERIALIZED (
+            SELECT r."offset", r.key, r.control_type, r.aborted, r.producer_id, r.txn_number,
+                   r.control_type IS NULL AND r.value IS NULL AS tombstone, r."offset" >= v_from AS in_chunk,
+                   coalesce(octet_length(r.key), 0)::bigint + coalesce(octet_length(r.value), 0)
+                   + coalesce(octet_length(r.headers::text), 0) AS bytes,
+                   max(r."offset") FILTER (WHERE r.control_type IS NULL AND NOT r.aborted AND r.key IS NOT NULL)
+                       OVER (PARTITION BY r.key) AS last_of_key
+            FROM records r
+            WHERE r.topic_id = c.topic_id AND r.partition = c.partition
+              AND r."offset" >= c.log_start_offset AND r."offset" < v_to
+        ), d AS MATERIALIZED (
+            SELECT w.*, w.control_type IS NULL AND (
+                       (w.in_chunk AND (w.aborted OR w.key IS NULL))
+                       OR coalesce(w."offset" < w.last_of_key, false)
+                       OR (w.tombstone AND w."offset" >= v_hz_from AND w."offset" < v_hz_to)) AS gone
+            FROM w
+        ), t AS (
+            SELECT d.*,
+                   bool_or(d.control_type IS NULL AND NOT d.gone) OVER txn AS survives,
+                   bool_or(d.gone) OVER txn AS hit
+            FROM d
+            WINDOW txn AS (PARTITION BY d.producer_id, d.txn_number)
+        ), x AS (
+            SELECT t."offset", t.bytes, t.in_chunk AND t.control_type IS NULL AS examined,
+                   t.gone
+                   OR (t.control_type = 'abort' AND t."offset" >= v_hz_from AND t."offset" < v_hz_to)
+                   OR (t.control_type = 'commit' AND NOT coalesce(t.survives, false)
+                       AND ((t."offset" >= v_hz_from AND t."offset" < v_hz_to)
+                            OR (t."offset" < v_hz_from AND coalesce(t.hit, false)))) AS doomed
+            FROM t
+        )
+        SELECT count(*) FILTER (WHERE x.examined),
+               coalesce(array_agg(x."offset" ORDER BY x."offset") FILTER (WHERE x.doomed), '{}'),
+               coalesce(array_agg(x.bytes ORDER BY x."offset") FILTER (WHERE x.doomed), '{}'),
+               coalesce(sum(x.bytes) FILTER (WHERE NOT x.doomed), 0)
+        INTO v_examined, v_doomed, v_doomed_bytes, v_live
+        FROM x;
 
         -- Phase 2. Lock order: the partition row before its records, as appends (produce_v2),
         -- aborts (txn_complete_v1), DeleteRecords and retention take them. Under it no log start
-        -- moves while this pass deletes and counts, so the byte count is exact; the pass's
-        -- deletions are bounded (the planned rows by primary key, and at most p_batch offsets of
-        -- tombstones and markers), so appends to the partition wait that long at most.
+        -- moves while this pass deletes and counts, so the byte count is exact; the pass deletes
+        -- only the planned rows, by primary key, so appends to the partition wait that long.
         SELECT p.log_start_offset INTO v_pt FROM partitions p
         WHERE p.topic_id = c.topic_id AND p.partition = c.partition
         FOR NO KEY UPDATE;
@@ -220,104 +249,31 @@ BEGIN
         INSERT INTO cleaner_state AS s (topic_id, partition) VALUES (c.topic_id, c.partition)
         ON CONFLICT (topic_id, partition) DO NOTHING;
         SELECT * INTO v_st FROM cleaner_state s WHERE s.topic_id = c.topic_id AND s.partition = c.partition;
-        IF greatest(v_pt.log_start_offset, v_st.clean_offset) <> v_from
-           OR greatest(v_pt.log_start_offset, v_st.horizon_offset) <> c.horizon_from THEN
-            -- Another pass, or retention, moved this partition on since the plan: it is stale.
-            -- Stand down; the next call plans from the new state.
+        IF v_st.clean_offset IS DISTINCT FROM c.state_clean_offset
+           OR v_st.horizon_offset IS DISTINCT FROM c.state_horizon_offset THEN
+            -- Another pass ran since the plan: it is stale. Stand down; the next call plans from
+            -- the new state. (A log start moved meanwhile does not make it stale: the deletions
+            -- and their bytes count only from the log start held now. Revision 0037: it did.)
             RETURN QUERY SELECT c.name, c.partition, 0::bigint, 0::bigint, 0::bigint, c.ratio,
                                 greatest(v_pt.log_start_offset, v_st.clean_offset),
                                 greatest(c.next_offset - greatest(v_pt.log_start_offset, v_st.clean_offset), 0), true;
             RETURN;
         END IF;
 
-        v_txns := NULL;
         IF cardinality(v_doomed) > 0 THEN
             -- A join with the planned offsets, within their range: with a table's statistics from
             -- when it was small, "= ANY (array)" was planned as a scan of the whole partition
             -- that searched the array once per row.
-            WITH gone AS (
-                DELETE FROM records r USING unnest(v_doomed) AS d(o)
-                WHERE r.topic_id = c.topic_id AND r.partition = c.partition AND r."offset" = d.o
-                  AND r."offset" >= greatest(v_pt.log_start_offset, v_doomed[1])
-                  AND r."offset" <= v_doomed[cardinality(v_doomed)]
-                RETURNING r.producer_id, r.txn_number
-            )
-            SELECT count(*),
-                   jsonb_agg(DISTINCT jsonb_build_array(g.producer_id, g.txn_number)) FILTER (WHERE g.txn_number IS NOT NULL)
-            INTO v_removed, v_txns FROM gone g;
+            DELETE FROM records r USING unnest(v_doomed) AS d(o)
+            WHERE r.topic_id = c.topic_id AND r.partition = c.partition AND r."offset" = d.o
+              AND r."offset" >= greatest(v_pt.log_start_offset, v_doomed[1])
+              AND r."offset" <= v_doomed[cardinality(v_doomed)];
+            GET DIAGNOSTICS v_removed = ROW_COUNT;
             -- Every planned row from the log start on was deleted by this statement: no other
             -- pass ran since the plan (checked above), and retention deletes only below the log
             -- start. So their bytes, counted in the plan, are the bytes that left the log.
             SELECT coalesce(sum(d.b), 0) INTO v_bytes FROM unnest(v_doomed, v_doomed_bytes) AS d(o, b)
             WHERE d.o >= v_pt.log_start_offset;
-        END IF;
-
-        -- Tombstones and transaction markers go once they have been in the clean section for
-        -- delete_retention_ms (Kafka's delete horizon: a reader from the start has that long to
-        -- see a deletion). The horizon is the end of the last pass that long ago. A tombstone
-        -- there is its key's last record (the pass that cleaned it removed the older ones), so
-        -- removing it leaves nothing of the key. An abort marker has no records left (they were
-        -- aborted, and removed by the same passes); a commit marker goes once its transaction
-        -- has no record left in the log here (its span, written by EndTxn, bounds the search).
-        v_hz_from := c.horizon_from;
-        v_hz_to := least(coalesce(c.horizon, 0), v_st.clean_offset, v_hz_from + p_batch);
-        v_hz_txns := NULL;
-        IF v_hz_to > v_hz_from THEN
-            WITH gone AS (
-                DELETE FROM records r
-                WHERE r.topic_id = c.topic_id AND r.partition = c.partition
-                  AND r."offset" >= v_hz_from AND r."offset" < v_hz_to
-                  AND ((r.control_type IS NULL AND r.value IS NULL)
-                       OR r.control_type = 'abort'
-                       OR (r.control_type = 'commit' AND NOT EXISTS (
-                           SELECT 1 FROM txn_spans s JOIN records d
-                             ON d.topic_id = s.topic_id AND d.partition = s.partition
-                            AND d."offset" >= greatest(s.first_offset, v_pt.log_start_offset)
-                            AND d."offset" <= s.last_offset
-                           WHERE s.producer_id = r.producer_id AND s.txn_number = r.txn_number
-                             AND s.topic_id = r.topic_id AND s.partition = r.partition
-                             AND d.producer_id = r.producer_id AND d.txn_number = r.txn_number
-                             AND d.control_type IS NULL)))
-                RETURNING record_bytes_v1(r.key, r.value, r.headers) AS bytes, r.producer_id, r.txn_number,
-                          r.control_type
-            )
-            SELECT count(*), coalesce(sum(g.bytes), 0),
-                   jsonb_agg(DISTINCT jsonb_build_array(g.producer_id, g.txn_number))
-                       FILTER (WHERE g.txn_number IS NOT NULL AND g.control_type IS NULL)
-            INTO v_n, v_b, v_hz_txns FROM gone g;
-            v_removed := v_removed + v_n;
-            v_bytes := v_bytes + v_b;
-            v_live := coalesce(v_live, v_st.clean_bytes) - v_b;
-            v_clean_start := CASE WHEN v_to > v_from THEN v_clean_start ELSE v_st.clean_start END;
-            v_txns := coalesce(v_txns, '[]') || coalesce(v_hz_txns, '[]');
-        ELSE
-            v_hz_to := v_hz_from;
-        END IF;
-
-        -- A commit marker the horizon has passed stayed because its transaction still had records
-        -- here. When this pass removed the last of them, the marker goes now: the horizon does not
-        -- come back for it. Found from the transaction's span, just after its last record.
-        IF jsonb_array_length(coalesce(v_txns, '[]')) > 0 THEN
-            WITH marks AS (
-                SELECT (SELECT m."offset" FROM records m
-                        WHERE m.topic_id = c.topic_id AND m.partition = c.partition AND m."offset" > s.last_offset
-                          AND m."offset" < greatest(v_hz_to, v_st.horizon_offset) AND m.control_type = 'commit'
-                          AND m.producer_id = x.producer_id AND m.txn_number = x.txn_number
-                        ORDER BY m."offset" LIMIT 1) AS o
-                FROM (SELECT (e ->> 0)::bigint AS producer_id, (e ->> 1)::bigint AS txn_number
-                      FROM jsonb_array_elements(v_txns) AS e) x
-                JOIN txn_spans s ON s.producer_id = x.producer_id AND s.txn_number = x.txn_number
-                                AND s.topic_id = c.topic_id AND s.partition = c.partition
-                WHERE NOT EXISTS (
-                    SELECT 1 FROM records d
-                    WHERE d.topic_id = c.topic_id AND d.partition = c.partition
-                      AND d."offset" >= greatest(s.first_offset, v_pt.log_start_offset) AND d."offset" <= s.last_offset
-                      AND d.producer_id = x.producer_id AND d.txn_number = x.txn_number AND d.control_type IS NULL)
-            )
-            DELETE FROM records r USING marks k
-            WHERE r.topic_id = c.topic_id AND r.partition = c.partition AND r."offset" = k.o;
-            GET DIAGNOSTICS v_n = ROW_COUNT;
-            v_removed := v_removed + v_n;
         END IF;
 
         UPDATE partitions p SET log_bytes = greatest(p.log_bytes - v_bytes, 0)
@@ -342,8 +298,8 @@ BEGIN
         END IF;
         UPDATE cleaner_state s SET
             clean_offset = greatest(s.clean_offset, v_to),
-            clean_start = CASE WHEN v_live IS NULL THEN s.clean_start ELSE v_clean_start END,
-            clean_bytes = CASE WHEN v_live IS NULL THEN s.clean_bytes ELSE greatest(v_live, 0) END,
+            clean_start = v_clean_start,
+            clean_bytes = greatest(v_live, 0),
             horizon_offset = greatest(s.horizon_offset, v_hz_to),
             checkpoint_offsets = v_cp_offsets,
             checkpoint_times = v_cp_times,
