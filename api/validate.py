@@ -282,6 +282,28 @@ def topic_config(value: object, *, error: ErrorType = ConfigurationError) -> dic
     return out
 
 
+#: Topic settings that are not integers: a word list, and a fraction from 0 to 1.
+TOPIC_TEXT_SETTINGS = frozenset({"cleanup_policy"})
+TOPIC_FRACTION_SETTINGS = frozenset({"min_cleanable_dirty_ratio"})
+
+
+def topic_setting_text(key: str, text: str, *, error: ErrorType = ConfigurationError) -> TopicSetting:
+    """A topic setting given as text (the CLI's ``KEY=VALUE``, a Kafka client's config entry) as
+    the value the store takes: cleanup_policy's words as they are, min_cleanable_dirty_ratio a
+    finite number, every other setting an integer. Which values are allowed is the store's
+    decision (``topic_config_v1``)."""
+    if key in TOPIC_TEXT_SETTINGS:
+        return text
+    fraction = key in TOPIC_FRACTION_SETTINGS
+    try:
+        value: float | int = float(text) if fraction else int(text)
+    except ValueError:
+        raise error(f"topic config {key} must be {'a number' if fraction else 'an integer'}, not {text!r}") from None
+    if fraction and not math.isfinite(value):
+        raise error(f"topic config {key} must be a finite number, not {text!r}")
+    return value
+
+
 def aware_datetime(name: str, value: object, *, error: ErrorType = InvalidRequestError) -> datetime:
     """A timezone-aware datetime."""
     if not isinstance(value, datetime) or value.utcoffset() is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from oncelog import errors
+from oncelog import errors, validate
 from oncelog.broker.common import ERROR_CODES, NONE, UNKNOWN_TOPIC_OR_PARTITION, Database, Node, admin_error_code
 from oncelog.store import ops, topics
 
@@ -67,16 +67,11 @@ def _store_config(name: str, value: str | None) -> tuple[str, topics.TopicSettin
         raise _BadConfig(f"topic config {name!r} is not served (served: {sorted(KAFKA_TOPIC_CONFIGS)})")
     if value is None:
         return key, None
-    kind = _TOPIC_CONFIG_TYPES[name]
-    if kind == _LIST:
-        return key, value  # the store checks the words (and takes them in either order)
     try:
-        if kind == _DOUBLE:
-            return key, float(value)
-        number = int(value)
-    except ValueError:
-        raise _BadConfig(f"{name} must be {'a number' if kind == _DOUBLE else 'an integer'}, not {value!r}") from None
-    return key, None if key == "max_compaction_lag_ms" and number == _NO_COMPACTION_LAG_LIMIT else number
+        setting = validate.topic_setting_text(key, value)
+    except errors.ConfigurationError as exc:
+        raise _BadConfig(f"{name}: {exc.message}") from None
+    return key, None if key == "max_compaction_lag_ms" and setting == _NO_COMPACTION_LAG_LIMIT else setting
 
 
 def _at_default(key: str, value: topics.TopicSetting, following: frozenset[str]) -> bool:

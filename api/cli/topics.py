@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from oncelog import validate
 from oncelog.cli.context import CliContext
 from oncelog.cli.render import OpsGroup, admin_for, emit, fields, json_option, table
 from oncelog.errors import ConfigurationError, InvalidPartitionsError
@@ -11,9 +12,6 @@ from oncelog.store.topics import TOPIC_CONFIG_KEYS, TopicDescription, TopicSetti
 
 #: Values that reset a setting to its default (retention_ms: the store-wide default; -1 is no limit).
 _DEFAULT_WORDS = ("", "default", "none")
-#: Settings that are not integers.
-_TEXT_KEYS = frozenset({"cleanup_policy"})
-_FRACTION_KEYS = frozenset({"min_cleanable_dirty_ratio"})
 
 
 def _key(name: str) -> str:
@@ -24,9 +22,8 @@ def _key(name: str) -> str:
 
 
 def _config(pairs: tuple[str, ...], deleted: tuple[str, ...] = ()) -> dict[str, TopicSetting]:
-    """``KEY=VALUE`` settings (Kafka's dotted names accepted: ``retention.ms``) as a config map:
-    cleanup_policy a word (``compact``, ``compact,delete``), min_cleanable_dirty_ratio a number,
-    the others integers."""
+    """``KEY=VALUE`` settings (Kafka's dotted names accepted: ``retention.ms``) as a config map
+    (each value as :func:`oncelog.validate.topic_setting_text` reads it)."""
     config: dict[str, TopicSetting] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
@@ -34,20 +31,7 @@ def _config(pairs: tuple[str, ...], deleted: tuple[str, ...] = ()) -> dict[str, 
             raise ConfigurationError(f"expected KEY=VALUE, not {pair!r}")
         key = _key(name)
         value = value.strip()
-        if value.lower() in _DEFAULT_WORDS:
-            config[key] = None
-        elif key in _TEXT_KEYS:
-            config[key] = value
-        elif key in _FRACTION_KEYS:
-            try:
-                config[key] = float(value)
-            except ValueError:
-                raise ConfigurationError(f"topic config {key} must be a number, not {value!r}") from None
-        else:
-            try:
-                config[key] = int(value)
-            except ValueError:
-                raise ConfigurationError(f"topic config {key} must be an integer, not {value!r}") from None
+        config[key] = None if value.lower() in _DEFAULT_WORDS else validate.topic_setting_text(key, value)
     for name in deleted:
         config[_key(name)] = None
     return config

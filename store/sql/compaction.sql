@@ -6,19 +6,6 @@
 -- deletes what the chunk supersedes, in the chunk and in the clean section; then clean_offset
 -- moves to the chunk's end. Offsets are never renumbered: readers step over the holes.
 
-CREATE OR REPLACE FUNCTION record_bytes_v1(p_key bytea, p_value bytea, p_headers jsonb)
- RETURNS bigint
- LANGUAGE sql
- IMMUTABLE
- SET search_path FROM CURRENT
-AS $fn$
-    -- What a record counts towards partitions.log_bytes (and retention_bytes).
-    SELECT coalesce(octet_length(p_key), 0)::bigint + coalesce(octet_length(p_value), 0)
-           + coalesce(octet_length(p_headers::text), 0)
-$fn$;
-COMMENT ON FUNCTION record_bytes_v1(p_key bytea, p_value bytea, p_headers jsonb) IS
-  'Internal: the bytes a record counts towards its partition''s log_bytes (key, value and headers).';
-
 CREATE OR REPLACE FUNCTION ms_before_v1(p_now timestamp with time zone, p_ms bigint)
  RETURNS timestamp with time zone
  LANGUAGE sql
@@ -327,28 +314,25 @@ CREATE OR REPLACE FUNCTION compaction_status_v1(p_topic text)
  SET search_path FROM CURRENT
 AS $fn$
 #variable_conflict use_column
-DECLARE
-    v_topic_id integer;
 BEGIN
     -- The ACL first (while enforcement is on): a role that may not describe the topic learns
     -- nothing, not even whether it exists. Revision 0036: the check ran with enforcement off too.
     IF (SELECT acl_settings.enforce FROM acl_settings) THEN
         PERFORM acl_require_v1('topic', ARRAY[p_topic], 'describe');
     END IF;
-    SELECT t.topic_id INTO v_topic_id FROM topics t WHERE t.name = p_topic;
+    PERFORM 1 FROM topics t WHERE t.name = p_topic;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'OL101', MESSAGE = format('unknown topic %L', p_topic);
     END IF;
+    -- The view's rows (revision 0038: the same query was written here a second time). Its ACL
+    -- filter names the session's role, not this function's owner, and the check above passed.
     RETURN QUERY
-    SELECT p.partition, t.cleanup_policy, p.log_start_offset,
-           greatest(p.log_start_offset, coalesce(s.clean_offset, 0)), p.next_offset, p.log_bytes,
-           dirty_ratio_v2(p.log_bytes, p.log_start_offset, s.clean_start, s.clean_offset, s.clean_bytes),
-           coalesce(s.examined_records, 0), coalesce(s.removed_records, 0), coalesce(s.removed_bytes, 0), s.cleaned_at
-    FROM topics t JOIN partitions p USING (topic_id)
-    LEFT JOIN cleaner_state s ON s.topic_id = p.topic_id AND s.partition = p.partition
-    WHERE t.topic_id = v_topic_id
-    ORDER BY p.partition;
+    SELECT v.partition, v.cleanup_policy, v.log_start_offset, v.clean_offset, v.high_watermark, v.log_bytes,
+           v.dirty_ratio, v.examined_records, v.removed_records, v.removed_bytes, v.cleaned_at
+    FROM compaction_status v
+    WHERE v.topic = p_topic
+    ORDER BY v.partition;
 END
 $fn$;
 COMMENT ON FUNCTION compaction_status_v1(p_topic text) IS
-  'Per partition of a topic: its cleanup policy, log start, the end of its clean section, high watermark, live bytes, dirty ratio (the share of live bytes not yet cleaned) and what compaction has examined and removed so far. Needs DESCRIBE on the topic; OL101 for an unknown topic.';
+  'The compaction_status view''s rows for one topic (none when it is not compacted): per partition its cleanup policy, log start, the end of its clean section, high watermark, live bytes, dirty ratio (the share of live bytes not yet cleaned) and what compaction has examined and removed so far. Needs DESCRIBE on the topic; OL101 for an unknown topic.';

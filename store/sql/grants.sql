@@ -15,7 +15,6 @@ GRANT EXECUTE ON FUNCTION add_partitions_to_txn_v1(text, bigint, smallint, bigin
 REVOKE ALL ON FUNCTION append_batches_v2(bigint, smallint, text, bigint, text[], integer[], integer[], integer[], bytea[], bytea[], jsonb[], timestamp with time zone[], boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION alter_topic_config_v1(text, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION alter_topic_config_v1(text, jsonb) TO oncelog_admin;
-REVOKE ALL ON FUNCTION record_bytes_v1(bytea, bytea, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION ms_before_v1(timestamp with time zone, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION dirty_ratio_v2(bigint, bigint, bigint, bigint, bigint) FROM PUBLIC;
 -- (The compaction_status view calls it as its reader: pure arithmetic.)

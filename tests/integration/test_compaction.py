@@ -110,7 +110,8 @@ def stored(conn: sa.Connection, partition: int = 0) -> list[tuple[int, bytes | N
 def log_bytes_agree(conn: sa.Connection) -> None:
     """partitions.log_bytes equals the bytes of the live records, partition by partition."""
     rows = conn.exec_driver_sql(
-        "SELECT p.partition, p.log_bytes, coalesce((SELECT sum(record_bytes_v1(r.key, r.value, r.headers)) "
+        "SELECT p.partition, p.log_bytes, coalesce((SELECT sum(coalesce(octet_length(r.key), 0) "
+        "+ coalesce(octet_length(r.value), 0) + coalesce(octet_length(r.headers::text), 0)) "
         "FROM records r WHERE r.topic_id = p.topic_id AND r.partition = p.partition "
         "AND r.offset >= p.log_start_offset), 0) FROM partitions p JOIN topics t USING (topic_id) "
         "WHERE t.name = %(t)s ORDER BY 1",
