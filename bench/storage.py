@@ -20,6 +20,14 @@ For each value size (100 B and 1 KiB values, 12-byte keys), on a 4-partition top
    table partitioned by offset range (four ranges per topic partition's offsets, ``PARTITION BY
    RANGE ("offset")``) whose two lower partitions are dropped (``DROP TABLE``), what retention would do
    if ``records`` were partitioned so.
+4. **What such partitioning costs every call** (once, 100 B values): two tables of ``records``' columns
+   hold the same rows, one plain and one partitioned into segments of each topic partition's offsets
+   (``PARTITION BY RANGE (topic_id, partition, "offset")``: the only layout whose segments retention
+   could drop one partition at a time), ``HOT_PARTITIONS`` topic partitions of ``HOT_SEGMENTS``
+   segments each. The same PL/pgSQL append (1, 10 and 1000 records, ``INSERT ... SELECT FROM unnest``)
+   and fetch (10 and 1000 records from a consumer near the end, and 10 from anywhere in the log, with
+   the readable end as the upper bound) run on both, paired and alternating, medians kept. The lock
+   each segment operation takes on the parent is read from ``pg_locks``.
 
 Every step is repeated ``--repeat`` times (default 2; 1 with --quick) on fresh data, the median kept.
 The 100M figures scale the measured per-record costs linearly (a B-tree's depth grows by one level
@@ -28,6 +36,7 @@ somewhere on the way, so they are a floor, not a promise).
 
 from __future__ import annotations
 
+import random
 import statistics
 import sys
 import time
@@ -59,6 +68,11 @@ BATCH = 1000
 RETENTION_BATCH = 10_000
 SCALE_TO = 100_000_000
 RAW_SCHEMA = "bench_storage"
+HOT_PARTITIONS = 16
+HOT_SEGMENTS = {True: 8, False: 48}  # by --quick
+HOT_SEGMENT_OFFSETS = {True: 1000, False: 5000}
+HOT_CALLS = {True: 60, False: 600}  # paired calls per measure (a tenth for 1000-record calls)
+HOT_VALUE = 100
 
 
 def relation_sizes(conninfo: str) -> dict[str, int]:
@@ -157,6 +171,173 @@ def raw_deletions(conninfo: str, cut: int) -> dict[str, float]:
     }
 
 
+def hot_tables(conn: psycopg.Connection[Any], segments: int, segment_offsets: int) -> int:
+    """The plain and the segmented table, each filled with every partition's first ``segments - 1``
+    segments (the last one, open-ended, takes the appends), and their append and fetch functions.
+    Returns the offsets written per topic partition."""
+    conn.execute(f"DROP SCHEMA IF EXISTS {RAW_SCHEMA} CASCADE")
+    conn.execute(f"CREATE SCHEMA {RAW_SCHEMA}")
+    like = "(LIKE oncelog.records INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES)"
+    conn.execute(f"CREATE TABLE {RAW_SCHEMA}.hot_plain {like}")
+    conn.execute(f'CREATE TABLE {RAW_SCHEMA}.hot_parted {like} PARTITION BY RANGE (topic_id, partition, "offset")')
+    for p in range(HOT_PARTITIONS):
+        for s in range(segments):
+            high = f"{(s + 1) * segment_offsets}" if s < segments - 1 else "MAXVALUE"
+            conn.execute(
+                f"CREATE TABLE {RAW_SCHEMA}.hot_parted_{p}_{s} PARTITION OF {RAW_SCHEMA}.hot_parted "
+                f"FOR VALUES FROM (1, {p}, {s * segment_offsets}) TO (1, {p}, {high})"
+            )
+    filled = (segments - 1) * segment_offsets
+    for table in ("hot_plain", "hot_parted"):
+        conn.execute(
+            f'INSERT INTO {RAW_SCHEMA}.{table} (topic_id, partition, "offset", producer_id, producer_epoch, sequence, '
+            "key, value) SELECT 1, p, o, 1, 0, o, sha224(int8send(o)), "
+            f"substr(sha512(int8send(o)) || sha512(int8send(-o)), 1, {HOT_VALUE}) "
+            f"FROM generate_series(0, {HOT_PARTITIONS - 1}) p, generate_series(0, {filled - 1}) o"
+        )
+        # The same statement shapes as the store's: a set-based append and a bounded, ordered read.
+        conn.execute(
+            f"CREATE FUNCTION {RAW_SCHEMA}.{table}_append(p int, base bigint, keys bytea[], vals bytea[]) "
+            f"RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog AS $$ BEGIN "
+            f'INSERT INTO {RAW_SCHEMA}.{table} (topic_id, partition, "offset", producer_id, producer_epoch, '
+            "sequence, key, value) SELECT 1, p, base + o - 1, 1, 0, base + o - 1, k, v "
+            "FROM unnest(keys, vals) WITH ORDINALITY AS u(k, v, o); END $$"
+        )
+        conn.execute(
+            f"CREATE FUNCTION {RAW_SCHEMA}.{table}_fetch(p int, start bigint, stop bigint, n int) "
+            'RETURNS TABLE("offset" bigint, key bytea, value bytea) LANGUAGE plpgsql STABLE '
+            "SET search_path = pg_catalog AS $$ BEGIN "
+            f'RETURN QUERY SELECT r."offset", r.key, r.value FROM {RAW_SCHEMA}.{table} r '
+            'WHERE r.topic_id = 1 AND r.partition = p AND r."offset" >= start AND r."offset" < stop '
+            'AND NOT r.aborted ORDER BY r."offset" LIMIT n; END $$'
+        )
+    conn.execute(f"VACUUM ANALYZE {RAW_SCHEMA}.hot_plain, {RAW_SCHEMA}.hot_parted")
+    return filled
+
+
+def segment_locks(conn: psycopg.Connection[Any]) -> dict[str, str]:
+    """The lock each segment operation takes on the partitioned parent, read from pg_locks (each
+    rolled back). Only the two marked concurrent leave readers and writers running."""
+    parent = f"{RAW_SCHEMA}.hot_parted"
+    bounds = "FOR VALUES FROM (2, 0, 0) TO (2, 0, 10)"
+    steps = {
+        "create partition of": f"CREATE TABLE {RAW_SCHEMA}.hot_new PARTITION OF {parent} {bounds}",
+        "attach": f"CREATE TABLE {RAW_SCHEMA}.hot_new (LIKE {parent} INCLUDING ALL); "
+        f"ALTER TABLE {parent} ATTACH PARTITION {RAW_SCHEMA}.hot_new {bounds}",
+        "detach": f"ALTER TABLE {parent} DETACH PARTITION {RAW_SCHEMA}.hot_parted_0_0",
+        "drop": f"DROP TABLE {RAW_SCHEMA}.hot_parted_0_0",
+    }
+    found: dict[str, str] = {}
+    for name, sql in steps.items():
+        with conn.transaction(force_rollback=True):
+            for statement in sql.split("; "):
+                conn.execute(statement)
+            rows = conn.execute(
+                "SELECT l.mode FROM pg_locks l WHERE l.pid = pg_backend_pid() AND l.relation = %s::regclass",
+                (parent,),
+            ).fetchall()
+        found[name] = max((str(mode) for (mode,) in rows), key=LOCK_STRENGTH.index)
+    # DETACH ... CONCURRENTLY cannot run in a transaction block (so in no function either): its lock is
+    # PostgreSQL's documented one, not read here.
+    found["detach concurrently (outside any transaction)"] = "ShareUpdateExclusiveLock"
+    return found
+
+
+LOCK_STRENGTH = [
+    "AccessShareLock",
+    "RowShareLock",
+    "RowExclusiveLock",
+    "ShareUpdateExclusiveLock",
+    "ShareLock",
+    "ShareRowExclusiveLock",
+    "ExclusiveLock",
+    "AccessExclusiveLock",
+]
+
+
+def hot_path(conninfo: str, quick: bool) -> dict[str, Any]:
+    """Appends and fetches on the plain and the segmented table, paired (step 4 above)."""
+    segments, segment_offsets, calls = HOT_SEGMENTS[quick], HOT_SEGMENT_OFFSETS[quick], HOT_CALLS[quick]
+    log(f"storage: hot path, {HOT_PARTITIONS} partitions x {segments} segments of {segment_offsets:,} offsets")
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        filled = hot_tables(conn, segments, segment_offsets)
+        locks = segment_locks(conn)
+    rng = random.Random(7)  # noqa: S311 (reproducible partitions and positions, not cryptography)
+    ends = {table: dict.fromkeys(range(HOT_PARTITIONS), filled) for table in ("hot_plain", "hot_parted")}
+    conns = {table: psycopg.connect(conninfo, autocommit=True) for table in ends}
+
+    def append(table: str, n: int) -> float:
+        p = rng.randrange(HOT_PARTITIONS)
+        keys = [rng.randbytes(12) for _ in range(n)]
+        values = [rng.randbytes(HOT_VALUE) for _ in range(n)]
+        started = time.perf_counter()
+        conns[table].execute(f"SELECT {RAW_SCHEMA}.{table}_append(%s, %s, %s, %s)", (p, ends[table][p], keys, values))
+        seconds = time.perf_counter() - started
+        ends[table][p] += n
+        return seconds
+
+    def fetch(table: str, n: int, near_end: bool) -> float:
+        p = rng.randrange(HOT_PARTITIONS)
+        end = ends[table][p]
+        start = end - n - rng.randrange(2 * segment_offsets) if near_end else rng.randrange(end - n)
+        started = time.perf_counter()
+        rows = (
+            conns[table]
+            .execute(f"SELECT * FROM {RAW_SCHEMA}.{table}_fetch(%s, %s, %s, %s)", (p, start, end, n))
+            .fetchall()
+        )
+        seconds = time.perf_counter() - started
+        if len(rows) != n:
+            raise RuntimeError(f"{table}: fetched {len(rows)} records, not {n}")
+        return seconds
+
+    measures: dict[str, Callable[[str], float]] = {
+        "append 1": lambda t: append(t, 1),
+        "append 10": lambda t: append(t, 10),
+        "append 1000": lambda t: append(t, 1000),
+        "fetch 10 near the end": lambda t: fetch(t, 10, True),
+        "fetch 1000 near the end": lambda t: fetch(t, 1000, True),
+        "fetch 10 anywhere": lambda t: fetch(t, 10, False),
+    }
+    rows: list[dict[str, Any]] = []
+    try:
+        for name, call in measures.items():
+            n = max(calls // 10, 10) if "1000" in name else calls
+            for _ in range(max(n // 10, 3)):  # warm both: plans cached, pages read
+                call("hot_plain")
+                call("hot_parted")
+            plain: list[float] = []
+            parted: list[float] = []
+            for i in range(n):
+                order = (("hot_plain", plain), ("hot_parted", parted))
+                for table, into in order if i % 2 else order[::-1]:
+                    into.append(call(table))
+            plain_ms, parted_ms = statistics.median(plain) * 1000, statistics.median(parted) * 1000
+            rows.append(
+                {
+                    "measure": name,
+                    "calls": n,
+                    "plain_ms": round(plain_ms, 4),
+                    "partitioned_ms": round(parted_ms, 4),
+                    "ratio": round(parted_ms / plain_ms, 2),
+                }
+            )
+    finally:
+        for conn in conns.values():
+            conn.close()
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {RAW_SCHEMA} CASCADE")
+    return {
+        "partitions": HOT_PARTITIONS,
+        "segments_per_partition": segments,
+        "segment_offsets": segment_offsets,
+        "leaf_tables": HOT_PARTITIONS * segments,
+        "value_bytes": HOT_VALUE,
+        "rows": rows,
+        "locks": locks,
+    }
+
+
 def measure(bench: Bench, value_size: int, records: int, repeat: int) -> dict[str, Any]:
     data = Data(value_size)
     per_partition = records // PARTITIONS
@@ -217,6 +398,7 @@ def run(quick: bool, repeat: int) -> dict[str, Any]:
     counts = QUICK_RECORDS if quick else FULL_RECORDS
     with scratch_database() as (bench, server):
         cases = [measure(bench, size, counts[size], repeat) for size in VALUE_SIZES]
+        segmented = hot_path(bench.conninfo, quick)
     return {
         **result_fields("storage", quick, repeat, machine, server),
         "database": bench.name,
@@ -228,6 +410,7 @@ def run(quick: bool, repeat: int) -> dict[str, Any]:
             "scale_to": SCALE_TO,
         },
         "cases": cases,
+        "hot_path": segmented,
         "seconds": round(time.perf_counter() - started, 1),
     }
 

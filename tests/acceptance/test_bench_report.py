@@ -531,6 +531,18 @@ def storage_result() -> dict[str, Any]:
         **_common("storage", "2026-11-21T12:30:00+00:00"),
         "settings": {"partitions": 4, "batch": 1000, "retention_batch": 10_000, "repeat": 2, "scale_to": 100_000_000},
         "cases": [case(100), case(1024)],
+        "hot_path": {
+            "partitions": 16,
+            "segments_per_partition": 48,
+            "segment_offsets": 5000,
+            "leaf_tables": 768,
+            "value_bytes": 100,
+            "rows": [
+                {"measure": "append 1", "calls": 600, "plain_ms": 0.3, "partitioned_ms": 0.31, "ratio": 1.03},
+                {"measure": "fetch 10 anywhere", "calls": 600, "plain_ms": 0.15, "partitioned_ms": 0.9, "ratio": 6.0},
+            ],
+            "locks": {"create partition of": "AccessExclusiveLock", "attach": "ShareUpdateExclusiveLock"},
+        },
     }
 
 
@@ -1283,6 +1295,8 @@ def test_the_storage_benchmark_is_a_section_and_headline_rows(full_report: tuple
     assert "## Storage and retention" in md
     assert "| 100B | 1,000,000 | 305 | 31 | 0 | 336 | 22.0 GiB |" in md
     assert "| 1KiB | 500,000 | 800,000 | 2,000,000 | 0.45 | 73 | 4.00 ms | 0.04 h | 0.02 h |" in md
+    assert "| fetch 10 anywhere | 0.150 | 0.900 | 6.00 |" in md
+    assert "create partition of: AccessExclusiveLock; attach: ShareUpdateExclusiveLock." in md
 
 
 def test_the_compaction_benchmark_is_a_section_and_headline_rows(full_report: tuple[Path, str]) -> None:
