@@ -8,7 +8,10 @@
 FROM python:3.11-slim-bookworm
 
 # Spark 4 runs on Java 17 or later; Debian's JDBC driver is the one the host set-up installs.
-RUN apt-get update \
+# The slim image has no /usr/share/man/man1, where the JRE's postinst (update-alternatives) links
+# its man pages: without the folder the install fails.
+RUN mkdir -p /usr/share/man/man1 \
+    && apt-get update \
     && apt-get install -y --no-install-recommends openjdk-17-jre-headless libpostgresql-jdbc-java procps \
     && rm -rf /var/lib/apt/lists/*
 
