@@ -46,10 +46,12 @@ def test_verify_is_its_own_distribution(tmp_path: Path) -> None:
         f"oncelog/verify/{name}"
         for name in (
             "__init__.py",
+            "broker.py",
             "checker.py",
             "cli.py",
             "faults.py",
             "history.py",
+            "kafka_clients.py",
             "proxy.py",
             "py.typed",
             "runner.py",

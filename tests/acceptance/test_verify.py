@@ -8,6 +8,7 @@ restarts run on a private embedded server of the test's own, never on the sessio
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -30,11 +31,12 @@ from sqlalchemy.engine import make_url
 from oncelog.embedded import EmbeddedPostgres, find_server_binaries
 from oncelog.errors import ConfigurationError, ServerBinariesNotFoundError
 from oncelog.store import create_engine, migrate
+from oncelog.verify.checker import check
 from oncelog.verify.cli import resolve_faults
-from oncelog.verify.faults import CLUSTER_FAULTS, SERVER_FAULTS, Fault, plan_faults
-from oncelog.verify.history import OpType
+from oncelog.verify.faults import BROKER_FAULTS, CLUSTER_FAULTS, SERVER_FAULTS, Fault, plan_faults
+from oncelog.verify.history import History, OpType
 from oncelog.verify.proxy import FaultProxy
-from oncelog.verify.runner import RunConfig, RunInfo, RunReport, verify
+from oncelog.verify.runner import RunConfig, RunInfo, RunReport, Via, verify
 from oncelog.verify.workloads import ClientSpec, Role, Workload
 
 #: Seconds of faults per run; a run lasts until each chosen fault has had a window, then stops.
@@ -97,13 +99,19 @@ def test_the_plan_is_seeded_and_has_every_fault() -> None:
 def test_the_faults_follow_what_the_deployment_allows() -> None:
     """Server restarts on the embedded server, the failover on the dev cluster; by default, every
     fault the deployment allows; asked for where they cannot run, a usage error."""
-    every = set(Fault)
+    every = set(Fault) - BROKER_FAULTS
     chosen, skipped = resolve_faults([], managed=True)
-    assert set(chosen) == every - CLUSTER_FAULTS and set(skipped) == CLUSTER_FAULTS
+    assert set(chosen) == every - CLUSTER_FAULTS and set(skipped) == CLUSTER_FAULTS | BROKER_FAULTS
     chosen, skipped = resolve_faults([], managed=False)
     assert set(chosen) == every - CLUSTER_FAULTS - SERVER_FAULTS
     chosen, skipped = resolve_faults([], managed=True, cluster=True)
-    assert set(chosen) == every - SERVER_FAULTS and set(skipped) == SERVER_FAULTS
+    assert set(chosen) == every - SERVER_FAULTS and set(skipped) == SERVER_FAULTS | BROKER_FAULTS
+    # Killing the broker only where the clients speak Kafka to one.
+    chosen, skipped = resolve_faults([], managed=False, broker=True)
+    assert set(chosen) == every - CLUSTER_FAULTS - SERVER_FAULTS | BROKER_FAULTS
+    assert resolve_faults(["broker-kill"], managed=False, broker=True) == ([Fault.BROKER_KILL], [])
+    with pytest.raises(click.UsageError, match="--via broker"):
+        resolve_faults(["broker-kill", "kill"], managed=True)
     assert resolve_faults(["failover", "kill"], managed=True, cluster=True) == ([Fault.FAILOVER, Fault.KILL], [])
     with pytest.raises(click.UsageError, match="--dev-cluster"):
         resolve_faults(["failover"], managed=True)
@@ -230,11 +238,50 @@ def test_bad_configurations_are_refused(db_url: str, tmp_path: Path) -> None:
     # Server restarts need a server the runner manages.
     with pytest.raises(ConfigurationError, match="restart"):
         verify(config(db_url, tmp_path / "run", faults=[Fault.RESTART_CRASH]))
+    # Killing the broker where the clients speak to none.
+    with pytest.raises(ConfigurationError, match="--via broker"):
+        verify(config(db_url, tmp_path / "run", faults=[Fault.BROKER_KILL]))
     # The history files of two runs must never mix.
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "history.jsonl").write_text("")
     with pytest.raises(ConfigurationError, match="not empty"):
         verify(config(db_url, tmp_path / "used"))
+
+
+@pytest.mark.timeout(300)
+def test_kafka_clients_through_the_broker(db_url: str, tmp_path: Path) -> None:
+    """--via broker: librdkafka's idempotent and transactional producers, copiers in a consumer
+    group and read_committed/read_uncommitted consumers speak Kafka to an `oncelog broker` that
+    reaches PostgreSQL through the fault proxy; clients are killed, replies cut after the commit,
+    and the broker itself killed and started again. The same checker must find nothing, and must
+    find what is taken out of the same history afterwards."""
+    faults = [Fault.KILL, Fault.CUT_AFTER, Fault.BROKER_KILL]
+    report = verify(config(db_url, tmp_path / "run", faults=faults, duration=6.0, via=Via.BROKER))
+    assert_valid(report, faults)
+    assert_every_workload_ran(report)
+    assert report.summary["via"] == "broker"
+    assert report.summary["broker"]["starts"] >= 2 and report.summary["broker"]["crashes"] == []
+    # Each client completed its operation and stopped when told to (3: it overran its grace).
+    assert set(report.summary["clients"]["exit_at_stop"].values()) == {0}, report.summary["clients"]
+    # The clients were librdkafka's: its log lines (the broker's restarts make it log) name them.
+    logs = tmp_path / "run" / "logs"
+    assert "#producer-" in (logs / "idem1.log").read_text(errors="replace")
+    assert "#consumer-" in (logs / "rc1.log").read_text(errors="replace")
+
+    # The history holds what the Kafka clients were told, precisely enough to judge: an
+    # acknowledged record taken out of the final log is lost, a record taken out of what a
+    # read_committed consumer was returned is a gap.
+    ops = list(report.history)
+    final = next(op for op in ops if op.f == "final")
+    acked = {
+        (w.topic, w.partition, w.offset) for op in ops if op.f == "send" and op.type is OpType.OK for w in op.writes
+    }
+    gone = next(e for e in final.log if (e.topic, e.partition, e.offset) in acked)
+    without = dataclasses.replace(final, log=tuple(e for e in final.log if e is not gone))
+    assert "lost_write" in check(History(without if op is final else op for op in ops)).by_kind()
+    poll = next(op for op in ops if op.process.startswith("rc") and op.type is OpType.OK and len(op.reads) >= 2)
+    skipped = dataclasses.replace(poll, reads=poll.reads[1:])
+    assert "offset_gap" in check(History(skipped if op is poll else op for op in ops)).by_kind()
 
 
 # --- a broken environment ------------------------------------------------------------------------
@@ -310,12 +357,31 @@ def test_the_command_end_to_end(db_url: str, tmp_path: Path) -> None:
     result = json.loads(out)
     assert result["verdict"]["valid"] is True, result["verdict"]["anomalies"][:5]
     assert "skipping restart-crash, restart-fast" in " ".join(err.split())
-    allowed = {str(f) for f in Fault if f not in SERVER_FAULTS | CLUSTER_FAULTS}
+    allowed = {str(f) for f in Fault if f not in SERVER_FAULTS | CLUSTER_FAULTS | BROKER_FAULTS}
     assert set(result["run"]["faults_selected"]) == allowed
     assert {f for f, counts in result["run"]["faults"].items() if counts["fired"] >= 1} == allowed
     assert set(result["run"]["workloads"]) == {str(w) for w in Workload}
     assert (tmp_path / "history.jsonl").stat().st_size > 0
     assert json.loads((tmp_path / "summary.json").read_text())["run_id"] == result["run"]["run_id"]
+
+
+@pytest.mark.timeout(300)
+def test_the_command_through_the_broker(db_url: str, tmp_path: Path) -> None:
+    """--via broker from the command line; killing the broker without it is a usage error."""
+    refused = oncelog("--fault", "broker-kill", "--duration", "1", "--output", str(tmp_path / "no"), url=db_url)
+    _, err = refused.communicate(timeout=60)
+    assert refused.returncode == 2 and "--via broker" in err, err
+    proc = oncelog(
+        "--via", "broker", "--workload", "idempotent", "--workload", "consumers", "--fault", "broker-kill",
+        "--duration", "2", "--clients", "1", "--output", str(tmp_path / "run"), "--json", url=db_url,
+    )  # fmt: skip
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    result = json.loads(out)
+    assert result["verdict"]["valid"] is True, result["verdict"]["anomalies"][:5]
+    assert result["run"]["via"] == "broker"
+    assert result["run"]["faults"]["broker-kill"]["fired"] >= 1
+    assert result["verdict"]["summary"]["ops.send.ok"] > 0
 
 
 @pytest.mark.timeout(300)

@@ -29,16 +29,20 @@ from oncelog.errors import SchemaNotReadyError
 from oncelog.store import migrate
 from oncelog.verify import runner
 from oncelog.verify.checker import render_verdict, verdict_to_json
-from oncelog.verify.faults import CLUSTER_FAULTS, SERVER_FAULTS, Fault
+from oncelog.verify.faults import BROKER_FAULTS, CLUSTER_FAULTS, SERVER_FAULTS, Fault
+from oncelog.verify.runner import Via
 from oncelog.verify.workloads import Workload
 
 _NONE = "none"
 
 
-def resolve_faults(names: Sequence[str], *, managed: bool, cluster: bool = False) -> tuple[list[Fault], list[Fault]]:
+def resolve_faults(
+    names: Sequence[str], *, managed: bool, cluster: bool = False, broker: bool = False
+) -> tuple[list[Fault], list[Fault]]:
     """The faults to inject and the ones skipped, from the ``--fault`` values (none: every fault
     the deployment allows). Server restarts need the embedded server (``managed``), a failover
-    the dev cluster (``cluster``); asked for explicitly elsewhere, they are a usage error."""
+    the dev cluster (``cluster``), killing the broker a run through one (``broker``); asked for
+    explicitly elsewhere, they are a usage error."""
     if _NONE in names:
         if len(set(names)) > 1:
             raise click.UsageError("--fault none cannot be combined with other faults")
@@ -47,12 +51,16 @@ def resolve_faults(names: Sequence[str], *, managed: bool, cluster: bool = False
     def allowed(fault: Fault) -> bool:
         if fault in SERVER_FAULTS:
             return managed and not cluster
+        if fault in BROKER_FAULTS:
+            return broker
         return cluster or fault not in CLUSTER_FAULTS
 
     if not names:
         chosen = [f for f in Fault if allowed(f)]
         return chosen, [f for f in Fault if f not in chosen]
     chosen = [Fault(n) for n in dict.fromkeys(names)]
+    if any(f in BROKER_FAULTS for f in chosen if not allowed(f)):
+        raise click.UsageError("--fault broker-kill kills the broker the clients speak Kafka to: run with --via broker")
     refused = [str(f) for f in chosen if not allowed(f)]
     if refused and cluster:
         raise click.UsageError(
@@ -107,6 +115,14 @@ def resolve_faults(names: Sequence[str], *, managed: bool, cluster: bool = False
     help="Run on `oncelog dev-cluster` (started and migrated if needed; its folder from ONCELOG_DEV_CLUSTER_DIR), "
     "with the failover fault: crash the primary, follow the promotion.",
 )
+@click.option(
+    "--via",
+    type=click.Choice([str(v) for v in Via]),
+    default=str(Via.API),
+    show_default=True,
+    help="What the clients speak: oncelog's API, or Kafka's protocol with Kafka's own client (confluent-kafka) "
+    "to an `oncelog broker` the run starts (adds the broker-kill fault).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict and the run summary as JSON.")
 @click.pass_context
 def verify(
@@ -119,6 +135,7 @@ def verify(
     clients: int,
     output: Path | None,
     dev_cluster: bool,
+    via: str,
     as_json: bool,
 ) -> None:
     """Check exactly-once semantics on this deployment under faults (exit status 1 on any anomaly)."""
@@ -126,16 +143,21 @@ def verify(
     if dev_cluster and obj.database_url is not None:
         raise click.UsageError("--dev-cluster runs on the dev cluster: give no database URL with it")
     managed = obj.database_url is None
-    chosen, skipped = resolve_faults(faults, managed=managed, cluster=dev_cluster)
+    through_broker = Via(via) is Via.BROKER
+    chosen, skipped = resolve_faults(faults, managed=managed, cluster=dev_cluster, broker=through_broker)
     # With --json, stdout holds the JSON only; progress goes to stderr.
     console = Console(stderr=as_json)
-    if skipped:
-        why = (
+    for group, why in (
+        (
+            [f for f in skipped if f not in BROKER_FAULTS],
             "the dev cluster fails over instead of restarting one server"
             if dev_cluster
-            else "they need the dev cluster (--dev-cluster) or the embedded server, which oncelog manages"
-        )
-        console.print(f"skipping {', '.join(str(f) for f in skipped)}: {why}", soft_wrap=True)
+            else "they need the dev cluster (--dev-cluster) or the embedded server, which oncelog manages",
+        ),
+        ([f for f in skipped if f in BROKER_FAULTS], "the clients speak Kafka to a broker only with --via broker"),
+    ):
+        if group:
+            console.print(f"skipping {', '.join(str(f) for f in group)}: {why}", soft_wrap=True)
     seed = secrets.randbelow(2**31) if seed is None else seed
     output = output or Path("oncelog-verify") / f"{time.strftime('%Y%m%d-%H%M%S')}-{seed}"
     output.mkdir(parents=True, exist_ok=True)
@@ -164,10 +186,11 @@ def verify(
         schema=obj.schema,
         server=obj.embedded if managed and cluster is None else None,
         cluster=cluster,
+        via=Via(via),
         progress=lambda line: console.print(f"[dim]{escape(line)}[/]", soft_wrap=True),
     )
     console.print(
-        f"[bold]oncelog verify[/]: workloads {', '.join(str(w) for w in config.workloads)}; "
+        f"[bold]oncelog verify[/]: workloads {', '.join(str(w) for w in config.workloads)} via {via}; "
         f"faults {', '.join(str(f) for f in chosen) or 'none'}; seed {seed}; output {output}",
         soft_wrap=True,
     )
@@ -225,5 +248,8 @@ def _render_run(summary: dict[str, object], console: Console) -> None:
         console.print(f"[yellow]{len(crashes)} client process(es) exited on their own and were restarted[/]")
         for crash in crashes:
             console.print(f"  {escape(str(crash.get('name')))}: exit {crash.get('returncode')}")
+    broker = summary.get("broker")
+    if isinstance(broker, dict) and broker.get("crashes"):
+        console.print(f"[yellow]oncelog broker exited on its own {len(broker['crashes'])} time(s) and was restarted[/]")
     if summary.get("caught_up") is False:
         console.print("[yellow]the final read_committed consumer did not reach the end of every topic in time[/]")

@@ -21,10 +21,12 @@ from urllib.parse import urlsplit
 from oncelog.verify.proxy import FAULT_CUT_AFTER_REPLY, FAULT_CUT_BEFORE_REQUEST, FaultProxy
 
 __all__ = [
+    "BROKER_FAULTS",
     "CLUSTER_FAULTS",
     "NETWORK_FAULTS",
     "PROCESS_FAULTS",
     "SERVER_FAULTS",
+    "BrokerProcesses",
     "ClientProcesses",
     "FailoverCluster",
     "Fault",
@@ -72,6 +74,10 @@ class Fault(StrEnum):
     HANGING_TXN = "hanging-txn"
     """A transactional producer with a short transaction timeout writes and flushes, then goes
     silent past its timeout (readers meeting it must abort it), and only then tries to commit."""
+    BROKER_KILL = "broker-kill"
+    """SIGKILL the run's ``oncelog broker`` (``oncelog verify --via broker``) and start it again on
+    the same port when the window ends: the Kafka clients lose every connection and request in
+    flight, reconnect, and retry by their own rules."""
 
 
 #: Faults that stop the server: only where the runner manages it (the embedded server).
@@ -82,6 +88,8 @@ CLUSTER_FAULTS: frozenset[Fault] = frozenset({Fault.FAILOVER})
 NETWORK_FAULTS: frozenset[Fault] = frozenset({Fault.CUT_BEFORE, Fault.CUT_AFTER, Fault.STALL})
 #: Faults on client processes.
 PROCESS_FAULTS: frozenset[Fault] = frozenset({Fault.KILL, Fault.PAUSE})
+#: Faults on the broker of a run whose clients speak Kafka (``--via broker``).
+BROKER_FAULTS: frozenset[Fault] = frozenset({Fault.BROKER_KILL})
 
 #: How long a window of each fault lasts, in seconds (drawn uniformly). Short enough for a run of
 #: a few seconds to hold many windows; pauses stay below the session and transaction timeouts of
@@ -98,6 +106,7 @@ _DURATIONS: Mapping[Fault, tuple[float, float]] = {
     Fault.HANGING_TXN: (0.5, 1.5),
     # After the promotion (itself about 13 s on a dev cluster): the cluster runs one node short.
     Fault.FAILOVER: (0.5, 3.0),
+    Fault.BROKER_KILL: (0.3, 1.5),
 }
 #: How long the primary stops replicating before the failover fault kills it, in seconds.
 _FAILOVER_LAG = 0.5
@@ -175,6 +184,19 @@ class ClientProcesses(Protocol):
         ...
 
 
+class BrokerProcesses(Protocol):
+    """The broker the Kafka clients of a ``--via broker`` run speak to
+    (:class:`oncelog.verify.broker.BrokerProcess`)."""
+
+    def kill(self) -> bool:
+        """SIGKILL the broker; False if it was not running."""
+        ...
+
+    def start(self) -> str:
+        """Start the broker unless it runs (on its port of before); its address."""
+        ...
+
+
 class ManagedServer(Protocol):
     """A PostgreSQL server the nemesis may stop and start (:class:`oncelog.embedded.EmbeddedPostgres`)."""
 
@@ -228,6 +250,7 @@ class Nemesis:
         server: ManagedServer | None = None,
         cluster: FailoverCluster | None = None,
         hang: HangTransaction | None = None,
+        broker: BrokerProcesses | None = None,
         on_start: Callable[[FaultWindow], None] | None = None,
         on_end: Callable[[FaultEvent], None] | None = None,
     ) -> None:
@@ -240,6 +263,8 @@ class Nemesis:
             raise ValueError("the failover fault needs a cluster the nemesis manages")
         if any(w.fault is Fault.HANGING_TXN for w in plan) and hang is None:
             raise ValueError("the hanging-txn fault needs a hanging transaction to run")
+        if {w.fault for w in plan} & BROKER_FAULTS and broker is None:
+            raise ValueError("the broker-kill fault needs the run's broker (--via broker)")
         self._plan = list(plan)
         self._proxy = proxy
         self._clients = clients
@@ -247,6 +272,8 @@ class Nemesis:
         self._cluster = cluster
         self._cluster_degraded = False
         self._hang = hang
+        self._broker = broker
+        self._broker_down = False
         self._server_down = False
         self._on_start = on_start
         self._on_end = on_end
@@ -289,6 +316,9 @@ class Nemesis:
         if self._cluster is not None and self._cluster_degraded:
             self._restore_cluster()
             done.append("cluster restored")
+        if self._broker_down:
+            self._start_broker()
+            done.append("broker started")
         return done
 
     def summary(self) -> dict[str, dict[str, int]]:
@@ -333,6 +363,13 @@ class Nemesis:
             return int(stopped), f"{mode} shutdown, down for {window.duration:.2f}s, started again"
         if fault is Fault.FAILOVER:
             return self._fail_over(window, stop)
+        if fault in BROKER_FAULTS:
+            assert self._broker is not None  # checked in __init__
+            self._broker_down = True
+            killed = self._broker.kill()
+            stop.wait(window.duration)
+            self._start_broker()
+            return int(killed), f"killed the broker, down for {window.duration:.2f}s, started again"
         assert fault is Fault.HANGING_TXN and self._hang is not None  # checked in __init__
         outcome = self._hang(window.duration, stop)
         return (1, outcome) if outcome else (0, "the transaction did not time out")
@@ -392,6 +429,13 @@ class Nemesis:
             self._start_server()
         elif fault in CLUSTER_FAULTS and self._cluster_degraded:
             self._restore_cluster()
+        elif fault in BROKER_FAULTS and self._broker_down:
+            self._start_broker()
+
+    def _start_broker(self) -> None:
+        assert self._broker is not None
+        self._broker.start()
+        self._broker_down = False
 
     def _start_server(self) -> None:
         assert self._server is not None

@@ -5,6 +5,9 @@ One run, in order:
 1. create the run's topics (names unique to the run) directly on the server;
 2. start a :class:`~oncelog.verify.proxy.FaultProxy` in front of the server and the client
    processes of the chosen workloads (:mod:`oncelog.verify.workloads`), all connecting through it;
+   with ``via`` broker, an ``oncelog broker`` connects through it instead
+   (:mod:`oncelog.verify.broker`), and the clients speak Kafka to the broker with Kafka's own
+   client (:mod:`oncelog.verify.kafka_clients`);
 3. play the nemesis's seeded plan (:mod:`oncelog.verify.faults`) for the configured duration
    (longer if that is what it takes for every chosen fault to fire once), then heal everything;
 4. stop the clients (each completes its operation), and let a read_committed consumer of the
@@ -23,6 +26,8 @@ found nothing to hit, with what it did in ``error``), the hanging transactions o
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import ipaddress
 import json
 import logging
@@ -31,6 +36,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +52,10 @@ from oncelog.store import create_engine, groups, log
 from oncelog.store.engine import DEFAULT_SCHEMA, url_hosts
 from oncelog.store.engine import database_url as parse_database_url
 from oncelog.types import TopicPartition
+from oncelog.verify.broker import BrokerProcess, running_broker
 from oncelog.verify.checker import Verdict, check, verdict_to_json
 from oncelog.verify.faults import (
+    BROKER_FAULTS,
     CLUSTER_FAULTS,
     SERVER_FAULTS,
     FailoverCluster,
@@ -62,7 +70,7 @@ from oncelog.verify.history import History, LogEntry, OpType, Read, Write, load_
 from oncelog.verify.proxy import FaultProxy
 from oncelog.verify.workloads import ClientSpec, Role, Workload, running_clients
 
-__all__ = ["RunConfig", "RunInfo", "RunReport", "run", "verify"]
+__all__ = ["RunConfig", "RunInfo", "RunReport", "Via", "run", "verify"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -72,6 +80,16 @@ HANG_TIMEOUT_MS = 1000
 _START_TIMEOUT_S = 60.0
 #: How long the clients get to complete their operation once told to stop (then SIGKILL).
 _STOP_TIMEOUT_S = 30.0
+
+
+class Via(StrEnum):
+    """What the workloads' clients speak (``oncelog verify --via``)."""
+
+    API = "api"
+    """oncelog's own client API, to PostgreSQL through the proxy."""
+    BROKER = "broker"
+    """Kafka's protocol, with Kafka's own client (confluent-kafka), to an ``oncelog broker`` that
+    reaches PostgreSQL through the proxy."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +112,8 @@ class RunConfig:
     cluster: FailoverCluster | None = None
     """A cluster with failover the runner manages (the failover fault): ``database_url`` is then
     its multi-host URL, and the proxy stands before whichever node is primary."""
+    via: Via = Via.API
+    """What the clients speak: oncelog's API, or Kafka to an ``oncelog broker`` of the run."""
     txn_timeout_ms: int = 6000
     """The workloads' transaction timeout: above the nemesis's pauses and stalls, so that only a
     genuinely abandoned transaction (a killed client's, the hanging-txn fault's) times out."""
@@ -171,10 +191,17 @@ def verify(config: RunConfig) -> RunReport:
         with (
             _proxy_for(proxied) as proxy,
             open(histories / "runner.jsonl", "a", encoding="utf-8") as sink,
+            contextlib.ExitStack() as brokers,
         ):
             runner_history = History(sink=sink)
             client_url = _client_url(proxy, proxied)
-            specs = _client_specs(config, info, client_url)
+            broker: BrokerProcess | None = None
+            if config.via is Via.BROKER:
+                say("starting oncelog broker for the Kafka clients")
+                broker = brokers.enter_context(
+                    running_broker(client_url, schema=config.schema, log=logs / "broker.log")
+                )
+            specs = _client_specs(config, info, client_url, None if broker is None else broker.bootstrap)
             plan = plan_faults(config.faults, duration=config.duration, seed=config.seed)
             on_start, on_end = _nemesis_recorder(runner_history, say)
             with running_clients(specs, histories=histories, logs=logs) as pool:
@@ -185,6 +212,7 @@ def verify(config: RunConfig) -> RunReport:
                     server=config.server,
                     cluster=config.cluster,
                     hang=_Hang(config, info, client_url, histories),
+                    broker=broker,
                     on_start=on_start,
                     on_end=on_end,
                 )
@@ -199,6 +227,7 @@ def verify(config: RunConfig) -> RunReport:
                     time.sleep(remaining)
                 say("stopping the clients")
                 forced = pool.stop(_STOP_TIMEOUT_S)
+            brokers.close()  # after its clients, which complete their operations through it
             caught_up = _catch_up(config, info, engine, runner_history, say)
             if config.before_final is not None:
                 config.before_final(info)
@@ -211,6 +240,7 @@ def verify(config: RunConfig) -> RunReport:
             "run_id": run_id,
             "seed": config.seed,
             "workloads": [str(w) for w in config.workloads],
+            "via": str(config.via),
             "faults_selected": [str(f) for f in config.faults],
             "duration_s": config.duration,
             "elapsed_s": round(time.monotonic() - started, 3),
@@ -222,7 +252,9 @@ def verify(config: RunConfig) -> RunReport:
                 "processes": list(pool.incarnations),
                 "crashes": [{"name": c.name, "returncode": c.returncode, "log_tail": c.log_tail} for c in pool.crashes],
                 "killed_at_stop": forced,
+                "exit_at_stop": pool.exit_at_stop,
             },
+            "broker": None if broker is None else {"starts": broker.starts, "crashes": broker.crashes},
             "caught_up": caught_up,
             "valid": verdict.ok,
             "output": str(config.output),
@@ -255,6 +287,19 @@ def _validate(config: RunConfig) -> None:
             "server the runner manages (the embedded one)"
         )
     _validate_cluster(config)
+    _validate_broker(config)
+
+
+def _validate_broker(config: RunConfig) -> None:
+    if set(config.faults) & BROKER_FAULTS and config.via is not Via.BROKER:
+        raise ConfigurationError("the broker-kill fault kills the run's oncelog broker: run with --via broker")
+    if config.via is Via.BROKER:
+        missing = [m for m in ("confluent_kafka", "kafka") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise ConfigurationError(
+                f"--via broker needs {' and '.join(missing)} (Kafka's client and the broker's codec): "
+                "pip install 'oncelog-verify[broker]'"
+            )
 
 
 def _validate_cluster(config: RunConfig) -> None:
@@ -277,7 +322,7 @@ def _topic_roles(workloads: Sequence[Workload]) -> list[str]:
     return roles
 
 
-def _client_specs(config: RunConfig, info: RunInfo, url: str) -> list[ClientSpec]:
+def _client_specs(config: RunConfig, info: RunInfo, url: str, bootstrap: str | None) -> list[ClientSpec]:
     prefix = f"verify-{info.run_id}"
     n = config.clients
 
@@ -293,6 +338,7 @@ def _client_specs(config: RunConfig, info: RunInfo, url: str) -> list[ClientSpec
             seed=config.seed,
             partitions=config.partitions,
             txn_timeout_ms=config.txn_timeout_ms,
+            bootstrap=bootstrap,
             **values,
         )
 

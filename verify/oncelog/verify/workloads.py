@@ -56,7 +56,7 @@ from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from oncelog import errors
 from oncelog.consumer import Consumer
@@ -132,6 +132,9 @@ class ClientSpec:
     think_s: float = 0.005
     """The longest pause between two operations (drawn uniformly), to leave the CPU to others."""
     max_poll_records: int = 50
+    bootstrap: str | None = None
+    """``oncelog broker``'s address when the client speaks Kafka to it (``--via broker``,
+    :mod:`oncelog.verify.kafka_clients`); None: oncelog's own client API on ``url``."""
 
     def to_json(self) -> str:
         """The spec as one JSON text."""
@@ -282,6 +285,15 @@ def _acknowledged(writes: Sequence[Write], results: Sequence[int | BaseException
     ] + list(writes[len(results) :])
 
 
+def _transaction_failed(rec: _Recorder, f: str, *, definite: bool, dropped: bool, **values: Any) -> None:
+    """Record a ``txn`` or ``copy`` that failed: ``fail`` when it certainly did not commit (it was
+    aborted, or no commit was ever asked for), else ``info``; after an unknown outcome, or when
+    its producer was dropped (a new instance from now on), go on under a new process name."""
+    rec.record(OpType.FAIL if definite else OpType.INFO, f, **values)
+    if not definite or dropped:
+        rec.retire()
+
+
 def _random_writes(spec: ClientSpec, rec: _Recorder, rng: random.Random, most: int) -> list[Write]:
     assert spec.write_topic is not None  # every writing role has one
     return [Write(spec.write_topic, rng.randrange(spec.partitions), rec.payload()) for _ in range(rng.randint(1, most))]
@@ -325,9 +337,12 @@ def _run_idempotent(spec: ClientSpec, rec: _Recorder, rng: random.Random) -> Non
 class _Transactions:
     """A transactional producer for one transactional id, made again whenever it becomes unusable."""
 
+    failures: tuple[type[BaseException], ...] = (OncelogError,)
+
     def __init__(self, spec: ClientSpec) -> None:
         self._spec = spec
         self._count = 0
+        self._futures: list[Future[RecordMetadata]] = []
         self.producer: Producer | None = None
 
     def ready(self) -> Producer | None:
@@ -364,14 +379,15 @@ class _Transactions:
                 if not exc.retriable or attempt == _COMMIT_ATTEMPTS - 1:
                     raise
 
-    def end_after(self, exc: OncelogError) -> bool:
+    def end_after(self, exc: BaseException) -> bool:
         """After ``exc`` failed the transaction: abort it if possible. True when the abort was
         acknowledged; otherwise the producer is discarded (its successor's initialisation aborts
         the transaction unless a commit already landed)."""
         producer = self.producer
         assert producer is not None
         state = producer.transaction_state
-        if state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR) and not exc.fatal:
+        fatal = not isinstance(exc, OncelogError) or exc.fatal
+        if state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR) and not fatal:
             try:
                 producer.abort_transaction()
                 return True
@@ -380,6 +396,22 @@ class _Transactions:
         self.discard()
         return False
 
+    def begin(self, writes: Sequence[Write]) -> None:
+        """Begin a transaction and send ``writes`` in it."""
+        assert self.producer is not None
+        self.producer.begin_transaction()
+        self._futures = [self.producer.send(w.topic, w.payload.encode(), partition=w.partition) for w in writes]
+
+    def abort_on_purpose(self) -> None:
+        """Flush, then abort."""
+        assert self.producer is not None
+        self.producer.flush()
+        self.producer.abort_transaction()
+
+    def acknowledged(self, writes: Sequence[Write]) -> list[Write]:
+        """``writes`` with the offsets their sends were acknowledged at."""
+        return _acknowledged(writes, _wait_all(self._futures))
+
     def discard(self) -> None:
         """Drop the producer; the next :meth:`ready` makes a new one, whose initialisation aborts
         whatever transaction this one left open."""
@@ -387,44 +419,89 @@ class _Transactions:
         self.producer = None
 
 
-def _run_transactional(spec: ClientSpec, rec: _Recorder, rng: random.Random) -> None:
-    txns = _Transactions(spec)
+class TransactionalClient(Protocol):
+    """A transactional producer as the ``transactional`` role drives it: oncelog's
+    (:class:`_Transactions`) or librdkafka's (:mod:`oncelog.verify.kafka_clients`). The role's
+    rules, and so what it records, are written once (:func:`run_transactions`) for both."""
+
+    failures: tuple[type[BaseException], ...]
+    """What a failed call raises."""
+
+    @property
+    def producer(self) -> object | None:
+        """The producer of now; None once dropped."""
+        ...
+
+    def ready(self) -> object | None:
+        """The producer, initialised; None when told to stop first."""
+        ...
+
+    def next_name(self) -> str:
+        """The next transaction's name."""
+        ...
+
+    def begin(self, writes: Sequence[Write]) -> None:
+        """Begin a transaction and queue ``writes`` in it."""
+        ...
+
+    def abort_on_purpose(self) -> None:
+        """Flush (the records reach the log) and abort."""
+        ...
+
+    def commit(self) -> None:
+        """Commit (resumed a few times while the outcome is unknown)."""
+        ...
+
+    def end_after(self, exc: BaseException) -> bool:
+        """Abort after ``exc`` if possible (True), else drop the producer."""
+        ...
+
+    def acknowledged(self, writes: Sequence[Write]) -> list[Write]:
+        """``writes`` with the offsets the committed transaction's records landed at."""
+        ...
+
+    def discard(self) -> None:
+        """Drop the producer."""
+        ...
+
+
+def run_transactions(spec: ClientSpec, rec: _Recorder, rng: random.Random, txns: TransactionalClient) -> None:
+    """The ``transactional`` role: one ``txn`` op per transaction, some aborted on purpose."""
     backoff = _Backoff()
     try:
-        while (producer := txns.ready()) is not None and not _STOP.is_set():
+        while txns.ready() is not None and not _STOP.is_set():
             name = txns.next_name()
             writes = _random_writes(spec, rec, rng, 6)
             abort = rng.random() < spec.abort_ratio
             rec.record(OpType.INVOKE, "txn", txn=name, writes=writes)
-            futures: list[Future[RecordMetadata]] = []
             committing = False
             try:
-                producer.begin_transaction()
-                for w in writes:
-                    futures.append(producer.send(w.topic, w.payload.encode(), partition=w.partition))
+                txns.begin(writes)
                 if abort:
-                    producer.flush()  # in the log, so readers have aborted records to skip
-                    producer.abort_transaction()
+                    txns.abort_on_purpose()  # after a flush: readers have aborted records to skip
                     rec.record(OpType.FAIL, "txn", txn=name, writes=writes, error="aborted by the client")
                     _think(spec, rng)
                     continue
                 committing = True
                 txns.commit()
-            except OncelogError as exc:
+            except txns.failures as exc:
                 # Certainly not committed when it was aborted, or when no commit was ever asked for.
                 definite = txns.end_after(exc) or not committing
-                rec.record(
-                    OpType.FAIL if definite else OpType.INFO, "txn", txn=name, writes=writes, error=_describe(exc)
-                )
-                if not definite or txns.producer is None:
-                    rec.retire()  # an unknown outcome, or a new producer instance from now on
+                _transaction_failed(
+                    rec, "txn", definite=definite, dropped=txns.producer is None, txn=name, writes=writes,
+                    error=_describe(exc),
+                )  # fmt: skip
                 backoff.failed()
                 continue
-            rec.record(OpType.OK, "txn", txn=name, writes=_acknowledged(writes, _wait_all(futures)))
+            rec.record(OpType.OK, "txn", txn=name, writes=txns.acknowledged(writes))
             backoff.succeeded()
             _think(spec, rng)
     finally:
-        _close(txns.producer)
+        txns.discard()
+
+
+def _run_transactional(spec: ClientSpec, rec: _Recorder, rng: random.Random) -> None:
+    run_transactions(spec, rec, rng, _Transactions(spec))
 
 
 def _run_copier(spec: ClientSpec, rec: _Recorder, rng: random.Random) -> None:
@@ -498,11 +575,10 @@ def _run_copier(spec: ClientSpec, rec: _Recorder, rng: random.Random) -> None:
                 txns.commit()
             except OncelogError as exc:
                 aborted = txns.end_after(exc)
-                definite = aborted or not committing
-                values = {"txn": name, "reads": reads, "writes": writes, "offsets": offsets, "error": _describe(exc)}
-                rec.record(OpType.FAIL if definite else OpType.INFO, "copy", **values)
-                if not definite or txns.producer is None:
-                    rec.retire()  # an unknown outcome, or a new producer instance from now on
+                _transaction_failed(
+                    rec, "copy", definite=aborted or not committing, dropped=txns.producer is None, txn=name,
+                    reads=reads, writes=writes, offsets=offsets, error=_describe(exc),
+                )  # fmt: skip
                 try:
                     if not aborted:
                         raise exc
@@ -578,6 +654,13 @@ def _watch_parent(parent: int) -> None:
     os._exit(3)
 
 
+def _kafka_roles() -> dict[Role, Callable[[ClientSpec, _Recorder, random.Random], None]]:
+    # Here, not at the top: confluent-kafka is needed for --via broker only.
+    from oncelog.verify.kafka_clients import ROLES  # noqa: PLC0415
+
+    return ROLES
+
+
 def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None) -> int:
     """Run one client process (``python -m oncelog.verify.workloads NAME``, the spec's JSON on stdin)."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -592,8 +675,9 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: _STOP.set())
     threading.Thread(target=_watch_parent, args=(os.getppid(),), name="watch-parent", daemon=True).start()
     rng = random.Random(f"{spec.seed}-{spec.name}")  # noqa: S311 - reproducible choices, not secrets
+    roles = _ROLES if spec.bootstrap is None else _kafka_roles()
     with open(spec.history, "a", encoding="utf-8") as sink:
-        _ROLES[spec.role](spec, _Recorder(spec, sink), rng)
+        roles[spec.role](spec, _Recorder(spec, sink), rng)
     return 0
 
 
@@ -638,6 +722,9 @@ class ClientPool:
         self._wake = threading.Event()
         self.incarnations: list[str] = []
         self.crashes: list[Crash] = []
+        self.exit_at_stop: dict[str, int] = {}
+        """Each client's exit status when :meth:`stop` stopped it: 0 once its operation completed,
+        3 when it overran its grace (``_STOP_GRACE_S``), -9 when it had to be killed."""
 
     def start(self) -> None:
         """Start every client, and a thread that restarts the ones that crash."""
@@ -718,6 +805,7 @@ class ClientPool:
                 client.proc.kill()
                 client.proc.wait()
                 forced.append(client.spec.name)
+            self.exit_at_stop[client.spec.name] = client.proc.returncode
         if self._supervisor is not None:
             self._supervisor.join(5)
         return forced
@@ -803,4 +891,8 @@ def running_clients(specs: Sequence[ClientSpec], *, histories: Path, logs: Path)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # Run as the imported module, not as __main__: the Kafka clients' module imports this one, and
+    # two copies would hold two stop events (SIGTERM would set the one nobody waits on).
+    from oncelog.verify import workloads
+
+    raise SystemExit(workloads.main())
