@@ -3,8 +3,9 @@
     .venv/bin/python -m bench.broker [--quick] [--json PATH] [--repeat N]
 
 The server is ``ONCELOG_DATABASE_URL`` when set (it needs CREATEDB), else the embedded default
-cluster (see ``bench/produce.py``, whose setup this reuses), in a database of its own. A broker
-runs in this process (its own thread and event loop), on loopback.
+cluster (see ``bench/produce.py``, whose setup this reuses), in a database of its own. The broker
+is ``oncelog broker`` in a process of its own, on loopback, as it is deployed (in this process
+it would share the interpreter with the benchmark's own Python loop feeding librdkafka).
 
 For 100 B and 1 KiB values, the same records (keys and values) to a fresh 4-partition topic each
 time:
@@ -27,9 +28,11 @@ from __future__ import annotations
 
 import statistics
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
@@ -46,9 +49,10 @@ from bench.produce import (
     titled,
 )
 from bench.report import broker_section
-from oncelog.broker import serve_in_thread
 from oncelog.store import log as store_log
+from oncelog.store.engine import DEFAULT_SCHEMA
 from oncelog.store.records import ProduceBatch
+from oncelog.verify.broker import running_broker
 
 PARTITIONS = 4
 BATCH = 1000
@@ -187,13 +191,24 @@ def measure(bench: Bench, address: str, size: int, records: int, repeat: int) ->
 def run(quick: bool, repeat: int) -> dict[str, Any]:
     started = time.perf_counter()
     machine = machine_info()
-    with scratch_database() as (bench, server), serve_in_thread(bench.sa_url) as address:
+    with (
+        scratch_database() as (bench, server),
+        tempfile.TemporaryDirectory(prefix="oncelog-bench-broker-") as folder,
+        running_broker(bench.sa_url, schema=DEFAULT_SCHEMA, log=Path(folder) / "broker.log") as broker,
+    ):
         cases = [
-            measure(bench, address, size, QUICK_RECORDS if quick else FULL_RECORDS[size], repeat) for size in SIZES
+            measure(bench, broker.bootstrap, size, QUICK_RECORDS if quick else FULL_RECORDS[size], repeat)
+            for size in SIZES
         ]
     return {
         **result_fields("broker", quick, repeat, machine, server),
-        "settings": {"partitions": PARTITIONS, "batch": BATCH, "repeat": repeat, "librdkafka": ck.libversion()[0]},
+        "settings": {
+            "partitions": PARTITIONS,
+            "batch": BATCH,
+            "repeat": repeat,
+            "librdkafka": ck.libversion()[0],
+            "broker": "process",
+        },
         "cases": cases,
         "seconds": round(time.perf_counter() - started, 1),
     }

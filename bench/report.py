@@ -982,11 +982,15 @@ def broker_headlines(res: dict[str, Any]) -> list[Headline]:
 
 def broker_section(res: dict[str, Any]) -> list[str]:
     s = res["settings"]
+    # Results from before the broker ran in a process of its own say nothing of where it ran.
+    where = (
+        "`oncelog broker` in a process of its own" if s.get("broker") == "process" else "a broker in the same process"
+    )
     lines = [
         f"The same records to a fresh {s['partitions']}-partition topic per kind: the store call "
         f"(store.log.produce_batches, one {s['batch']}-record batch per partition per call, idempotent; the "
-        f"baseline), confluent-kafka's producer (librdkafka {s['librdkafka']}, linger.ms=5) through a broker in "
-        "the same process, idempotent and with 1000-record transactions, and oncelog's Producer (defaults). Then "
+        f"baseline), confluent-kafka's producer (librdkafka {s['librdkafka']}, linger.ms=5) through {where}"
+        ", idempotent and with 1000-record transactions, and oncelog's Producer (defaults). Then "
         "the idempotent run's records read back, read_committed, by confluent-kafka's consumer through the broker "
         f"and by Consumer.poll (baseline). Records/s, medians of {s['repeat']} run(s); ratios: medians of the "
         "per-run ratios:",

@@ -52,6 +52,12 @@ from kafka.protocol.producer import (
     ProduceRequest,
     ProduceResponse,
 )
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 from kafka.record import MemoryRecordsBuilder
 
 import oncelog
@@ -272,10 +278,24 @@ class _Wire:
         self.correlation = 0
 
     def call(self, request: Any, response_class: Any) -> Any:
-        self.correlation += 1
-        request.with_header(correlation_id=self.correlation, client_id="wire")
-        self.sock.sendall(bytes(request.encode(header=True, framed=True)))
+        self.send(request)
         return response_class.decode(self._frame(), version=request.version, header=True)
+
+    def send(self, *requests: Any) -> int:
+        """Send ``requests`` in one write, without waiting for their answers; the last one's
+        correlation id."""
+        frames = []
+        for request in requests:
+            self.correlation += 1
+            request.with_header(correlation_id=self.correlation, client_id="wire")
+            frames.append(bytes(request.encode(header=True, framed=True)))
+        self.sock.sendall(b"".join(frames))
+        return self.correlation
+
+    def answer(self, response_class: Any, version: int) -> tuple[int, Any]:
+        """The next answer on the connection: its correlation id, decoded."""
+        frame = self._frame()
+        return struct.unpack_from(">i", frame)[0], response_class.decode(frame, version=version, header=True)
 
     def _frame(self) -> bytes:
         (size,) = struct.unpack(">i", self._exactly(4))
@@ -313,7 +333,13 @@ def _batch(
 
 
 def _produce(wire: _Wire, records: bytes, partition: int = 2) -> Any:
-    request = ProduceRequest(
+    (topic,) = wire.call(_produce_request(records, partition), ProduceResponse).responses
+    (answer,) = topic.partition_responses
+    return answer
+
+
+def _produce_request(records: bytes, partition: int = 2) -> Any:
+    return ProduceRequest(
         version=9,
         transactional_id=None,
         acks=-1,
@@ -325,9 +351,42 @@ def _produce(wire: _Wire, records: bytes, partition: int = 2) -> Any:
             )
         ],
     )
-    (topic,) = wire.call(request, ProduceResponse).responses
-    (answer,) = topic.partition_responses
-    return answer
+
+
+@pytest.mark.timeout(60)
+def test_pipelined_requests_are_appended_and_answered_in_order(db_url: str, broker: str) -> None:
+    """A client sends many requests before reading an answer (librdkafka keeps five in flight on a
+    connection): the broker appends and answers them in the order sent, so consecutive sequences
+    are taken and offsets follow."""
+    wire = _Wire(broker)
+    try:
+        ident = wire.call(
+            InitProducerIdRequest(version=4, transactional_id=None, transaction_timeout_ms=60_000),
+            InitProducerIdResponse,
+        )
+        sent: list[tuple[int, str]] = []
+        for i in range(15):
+            batch = _batch(ident.producer_id, ident.producer_epoch, 3 * i, [b"pipe-%d-%d" % (i, j) for j in range(3)])
+            sent.append((wire.send(_produce_request(batch)), "produce"))
+            if i % 5 == 2:
+                sent.append((wire.send(ApiVersionsRequest(version=0)), "versions"))
+        offsets = []
+        for correlation, kind in sent:
+            if kind == "versions":
+                got, versions = wire.answer(ApiVersionsResponse, 0)
+                assert versions.error_code == 0
+            else:
+                got, produced = wire.answer(ProduceResponse, 9)
+                (answer,) = produced.responses[0].partition_responses
+                assert answer.error_code == 0
+                offsets.append(answer.base_offset)
+            assert got == correlation, "answers come back in the order the requests were sent"
+        assert offsets == list(range(0, 45, 3))
+    finally:
+        wire.close()
+    assert [r.value for r in read_partition(db_url, TOPIC, 2)] == [
+        b"pipe-%d-%d" % (i, j) for i in range(15) for j in range(3)
+    ]
 
 
 @pytest.mark.timeout(60)
@@ -1074,6 +1133,46 @@ def test_sasl_plain_clients_reach_the_store_as_their_own_roles(db_url: str, engi
                 for r in records
             ]
         assert owners == [alice.name, bob.name], "each record's producer id belongs to the role that wrote it"
+
+
+@pytest.mark.timeout(120)
+def test_requests_sent_behind_sasl_are_decoded_only_once_it_succeeded(db_url: str, engine: Any) -> None:
+    """A client may send its requests right behind SaslAuthenticate without waiting for its
+    answer: they are served once the authentication succeeded, and after a failed one the
+    connection closes without serving them (a broker that decoded requests ahead of their answers
+    would have to wait for the authentication's first)."""
+    with oncelog.Admin(db_url) as admin:
+        admin.create_topic(TOPIC, partitions=PARTITIONS)
+        admin.set_acl_enforcement(True)
+    allowed = (("topic", TOPIC, "all"),)
+    with (
+        contextlib.contextmanager(client_principal)(engine, db_url, allowed) as alice,
+        running_broker(db_url, principals=Principals(db_url)) as address,
+    ):
+        password = sa.make_url(alice.url).password or ""
+
+        def pipelined(secret: str, value: bytes) -> list[Any]:
+            wire = _Wire(address)
+            try:
+                # One write: the broker has all three before it has answered the first.
+                wire.send(
+                    SaslHandshakeRequest(version=1, mechanism="PLAIN"),
+                    SaslAuthenticateRequest(version=2, auth_bytes=f"\0{alice.name}\0{secret}".encode()),
+                    _produce_request(_batch(-1, -1, -1, [value]), partition=1),
+                )
+                answers = [wire.answer(SaslHandshakeResponse, 1)[1], wire.answer(SaslAuthenticateResponse, 2)[1]]
+                with contextlib.suppress(ConnectionError, OSError):  # closed without an answer
+                    answers.append(wire.answer(ProduceResponse, 9)[1])
+                return answers
+            finally:
+                wire.close()
+
+        handshake, authenticated, produced = pipelined(password, b"behind sasl")
+        assert (handshake.error_code, authenticated.error_code) == (0, 0)
+        assert produced.responses[0].partition_responses[0].error_code == 0
+        refused = pipelined("not the password", b"never")
+        assert [a.error_code for a in refused] == [0, 58]  # SASL_AUTHENTICATION_FAILED, then closed
+    assert [r.value for r in read_partition(db_url, TOPIC, 1)] == [b"behind sasl"]
 
 
 def test_the_command_refuses_to_listen_beyond_loopback_without_authentication(db_url: str) -> None:
