@@ -3,14 +3,16 @@ errors, and this broker's address."""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
 from oncelog import errors
+from oncelog.store.errors import mapped_errors
 
 __all__ = [
     "API_RANGES",
@@ -201,9 +203,13 @@ class Database:
     def __init__(self, engine: sa.Engine) -> None:
         self.default = engine
 
-    def connect(self) -> sa.Connection:
-        """A pooled autocommit connection of the current principal."""
-        return (PRINCIPAL_ENGINE.get() or self.default).connect()
+    @contextlib.contextmanager
+    def connect(self) -> Iterator[sa.Connection]:
+        """A pooled autocommit connection of the current principal. A connection refused or
+        lost is a DatabaseUnavailableError (checkout included), which the handlers answer with
+        a retriable code, not a failure of the broker that closes the client's connection."""
+        with mapped_errors(), (PRINCIPAL_ENGINE.get() or self.default).connect() as conn:
+            yield conn
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn(conn, *args, **kwargs)`` on a connection of the current principal (a store

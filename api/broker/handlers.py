@@ -267,15 +267,21 @@ class Handlers:
         groups: dict[tuple[int | None, int | None], list[tuple[tuple[str, int], ProducedBatch]]] = {}
         for tp, batch in parsed:
             groups.setdefault((batch.producer_id, batch.producer_epoch), []).append((tp, batch))
-        with self._db.connect() as conn:
-            for items in groups.values():
-                for start in range(0, len(items), MAX_BATCHES_PER_REQUEST):
-                    chunk = items[start : start + MAX_BATCHES_PER_REQUEST]
-                    answers = self._append_chunk(conn, chunk, transactional_id, number)
-                    if transactional_id is None and self._bumped_locally(conn, chunk, answers):
-                        answers = self._append_chunk(conn, chunk, None, None)
-                    for (tp, _), answer in zip(chunk, answers, strict=True):
-                        out.append((tp, answer if isinstance(answer, BaseException) else answer.base_offset))
+        try:
+            with self._db.connect() as conn:
+                for items in groups.values():
+                    for start in range(0, len(items), MAX_BATCHES_PER_REQUEST):
+                        chunk = items[start : start + MAX_BATCHES_PER_REQUEST]
+                        answers = self._append_chunk(conn, chunk, transactional_id, number)
+                        if transactional_id is None and self._bumped_locally(conn, chunk, answers):
+                            answers = self._append_chunk(conn, chunk, None, None)
+                        for (tp, _), answer in zip(chunk, answers, strict=True):
+                            out.append((tp, answer if isinstance(answer, BaseException) else answer.base_offset))
+        except errors.OncelogError as exc:
+            # The database went away (at checkout, or between chunks): the batches not answered
+            # yet get its error, which producers retry.
+            answered = {tp for tp, _ in out}
+            out += [(tp, exc) for tp, _ in parsed if tp not in answered]
         return out
 
     @staticmethod
@@ -383,44 +389,49 @@ class Handlers:
         largest timestamp, -5 (the last tiered offset) -1 as nothing is tiered, a time the first
         offset at or after it."""
         out: dict[tuple[str, int], tuple[int, int, int]] = {}
-        with self._db.connect() as conn:
-            for t in wanted:
-                try:
-                    bounds = {b.partition: b for b in log.list_offsets(conn, topic=t.name)}
-                except errors.OncelogError as exc:
+        try:
+            with self._db.connect() as conn:
+                for t in wanted:
+                    try:
+                        bounds = {b.partition: b for b in log.list_offsets(conn, topic=t.name)}
+                    except errors.OncelogError as exc:
+                        for p in t.partitions:
+                            out[(t.name, p.partition_index)] = (error_code(exc), -1, -1)
+                        continue
                     for p in t.partitions:
-                        out[(t.name, p.partition_index)] = (error_code(exc), -1, -1)
-                    continue
+                        key, b, ts = (t.name, p.partition_index), bounds.get(p.partition_index), p.timestamp
+                        if b is None:
+                            out[key] = (UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
+                        elif ts in (-2, _EARLIEST_LOCAL):
+                            out[key] = (NONE, b.log_start_offset, -1)  # no tiered storage: all of it is local
+                        elif ts == -1:
+                            out[key] = (NONE, b.last_stable_offset if committed else b.high_watermark, -1)
+                        elif ts == _LATEST_TIERED:
+                            out[key] = (NONE, -1, -1)  # nothing is tiered: Kafka's answer without remote storage
+                        elif ts < 0 and ts != _MAX_TIMESTAMP:
+                            out[key] = (INVALID_REQUEST, -1, -1)
+                        else:
+                            try:
+                                if ts == _MAX_TIMESTAMP:
+                                    (found,) = log.list_offsets_max_timestamp(
+                                        conn, partitions=[(t.name, p.partition_index)], read_committed=committed
+                                    )
+                                else:
+                                    (found,) = log.list_offsets_for_times(
+                                        conn,
+                                        requests=[(t.name, p.partition_index, datetime.fromtimestamp(ts / 1000, UTC))],
+                                        read_committed=committed,
+                                    )
+                            except errors.OncelogError as exc:
+                                out[key] = (error_code(exc), -1, -1)
+                                continue
+                            out[key] = (
+                                (NONE, -1, -1) if found is None else (NONE, found[0], int(found[1].timestamp() * 1000))
+                            )
+        except errors.OncelogError as exc:  # the database went away: what is left gets its error
+            for t in wanted:
                 for p in t.partitions:
-                    key, b, ts = (t.name, p.partition_index), bounds.get(p.partition_index), p.timestamp
-                    if b is None:
-                        out[key] = (UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
-                    elif ts in (-2, _EARLIEST_LOCAL):
-                        out[key] = (NONE, b.log_start_offset, -1)  # no tiered storage: all of it is local
-                    elif ts == -1:
-                        out[key] = (NONE, b.last_stable_offset if committed else b.high_watermark, -1)
-                    elif ts == _LATEST_TIERED:
-                        out[key] = (NONE, -1, -1)  # nothing is tiered: Kafka's answer without remote storage
-                    elif ts < 0 and ts != _MAX_TIMESTAMP:
-                        out[key] = (INVALID_REQUEST, -1, -1)
-                    else:
-                        try:
-                            if ts == _MAX_TIMESTAMP:
-                                (found,) = log.list_offsets_max_timestamp(
-                                    conn, partitions=[(t.name, p.partition_index)], read_committed=committed
-                                )
-                            else:
-                                (found,) = log.list_offsets_for_times(
-                                    conn,
-                                    requests=[(t.name, p.partition_index, datetime.fromtimestamp(ts / 1000, UTC))],
-                                    read_committed=committed,
-                                )
-                        except errors.OncelogError as exc:
-                            out[key] = (error_code(exc), -1, -1)
-                            continue
-                        out[key] = (
-                            (NONE, -1, -1) if found is None else (NONE, found[0], int(found[1].timestamp() * 1000))
-                        )
+                    out.setdefault((t.name, p.partition_index), (error_code(exc), -1, -1))
         return out
 
     # --- Fetch ---------------------------------------------------------------------------------------
@@ -472,13 +483,13 @@ class Handlers:
     ) -> dict[tuple[str, int], tuple[int, PartitionFetch[FetchedRecord] | None, bytes]]:
         """Per partition: (error code, what the store saw, the record set to send)."""
         most = max(1, min(_FETCH_MAX_RECORDS, max(budgets.values(), default=0) // 1024))
-        with self._db.connect() as conn:
-            try:
+        try:
+            with self._db.connect() as conn:
                 seen = log.fetch_many(conn, positions, max_records=most, read_committed=committed)
                 if any(f.expired_transaction for f in seen.values()) and txn.expire_transactions(conn):
                     seen = log.fetch_many(conn, positions, max_records=most, read_committed=committed)
-            except errors.OncelogError as exc:
-                return {tp: (error_code(exc), None, b"") for tp in positions}
+        except errors.OncelogError as exc:
+            return {tp: (error_code(exc), None, b"") for tp in positions}
         out: dict[tuple[str, int], tuple[int, PartitionFetch[FetchedRecord] | None, bytes]] = {}
         for tp, position in positions.items():
             f = seen.get(tp)

@@ -8,7 +8,12 @@ has not seen (the client came through another broker, or this one restarted) tak
 from the store: the open transaction's, or the one after the last.
 
 An EndTxn resent after its answer was lost arrives when the next transaction has not started: it
-is sent to the store again for the transaction it ended, and the store answers it as a retry.
+is sent to the store again for the transaction it ended, and the store answers it as a retry, or
+refuses the other decision (INVALID_TXN_STATE), as Kafka's coordinator does in CompleteCommit and
+CompleteAbort. The broker's memory is not needed for this: after a restart the store's row says
+which transaction ended last and how. An EndTxn that cannot reach the store is answered
+COORDINATOR_LOAD_IN_PROGRESS, which clients resend, rather than an error after which they abort:
+a commit that landed while its answer was lost then reads as the retry it is.
 """
 
 from __future__ import annotations
@@ -27,16 +32,22 @@ __all__ = ["TxnHandlers"]
 logger = logging.getLogger(__name__)
 
 
+#: The store's states after an EndTxn: a later EndTxn with no write since names that transaction.
+_ENDED = frozenset({"CompleteCommit", "CompleteAbort"})
+#: Kafka's COORDINATOR_LOAD_IN_PROGRESS: clients resend the request (librdkafka, Kafka's Java
+#: client), where after NETWORK_EXCEPTION they would abort a transaction that may have committed.
+_COORDINATOR_LOAD_IN_PROGRESS = 14
+
+
 @dataclass(slots=True)
 class _Slot:
-    """What the broker knows of a transactional id: its producer, the transaction number in use
-    (``started``: the store has seen it) and the last one it ended."""
+    """What the broker knows of a transactional id: its producer and the transaction number in
+    use (``started``: the store has seen it)."""
 
     producer_id: int
     epoch: int
     number: int
     started: bool = False
-    ended: tuple[int, bool] | None = None  # (number, committed)
 
 
 class TxnHandlers:
@@ -178,19 +189,21 @@ class TxnHandlers:
         )
         try:
             slot = await self._slot(tid, pid, epoch)
+            number = slot.number
             if not slot.started:
-                # No write of this transaction reached the store through this broker: the answer
-                # is the store's still (this producer may have been fenced meanwhile elsewhere).
-                await self._current(tid, pid, epoch)
+                # No write of this transaction reached the store through this broker. Either
+                # nothing was written in it, or this is an EndTxn resent for the transaction
+                # that ended last (its answer lost, perhaps with the broker that gave it): the
+                # store's row tells, and the store answers a resend as the retry it is or
+                # refuses the other decision. It also says whether this producer was fenced.
+                status = await self._current(tid, pid, epoch)
+                if status.state not in _ENDED:
+                    return answer(NONE)  # nothing was written in this transaction: nothing to end
+                number = status.txn_number
+        except errors.DatabaseUnavailableError:
+            return answer(_COORDINATOR_LOAD_IN_PROGRESS)
         except errors.OncelogError as exc:
             return answer(error_code(exc))
-        if not slot.started:
-            if slot.ended is not None and slot.ended[1] == commit:
-                number = slot.ended[0]  # a resent EndTxn: the store answers it as the retry it is
-            else:
-                return answer(NONE)  # nothing was written in this transaction: nothing to end
-        else:
-            number = slot.number
         try:
             await self._run(
                 self._db.call,
@@ -201,8 +214,12 @@ class TxnHandlers:
                 txn_number=number,
                 commit=commit,
             )
+        except errors.DatabaseUnavailableError:
+            # The outcome is unknown (the commit may have landed): the client resends, and the
+            # store answers the resend as a retry, whatever happened.
+            return answer(_COORDINATOR_LOAD_IN_PROGRESS)
         except errors.OncelogError as exc:
             return answer(error_code(exc))
         if number == slot.number:
-            slot.ended, slot.number, slot.started = (number, commit), number + 1, False
+            slot.number, slot.started = number + 1, False
         return answer(NONE)

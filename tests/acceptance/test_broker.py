@@ -315,13 +315,20 @@ class _Wire:
 
 
 def _batch(
-    producer_id: int, epoch: int, sequence: int, values: list[bytes], headers: list[tuple[str, bytes]] | None = None
+    producer_id: int,
+    epoch: int,
+    sequence: int,
+    values: list[bytes],
+    headers: list[tuple[str, bytes]] | None = None,
+    *,
+    transactional: bool = False,
 ) -> bytes:
     builder = MemoryRecordsBuilder(
         magic=2,
         compression_type=0,
         batch_size=1 << 20,
         offset=0,
+        transactional=transactional,
         producer_id=producer_id,
         producer_epoch=epoch,
         base_sequence=sequence,
@@ -338,10 +345,10 @@ def _produce(wire: _Wire, records: bytes, partition: int = 2) -> Any:
     return answer
 
 
-def _produce_request(records: bytes, partition: int = 2) -> Any:
+def _produce_request(records: bytes, partition: int = 2, transactional_id: str | None = None) -> Any:
     return ProduceRequest(
         version=9,
-        transactional_id=None,
+        transactional_id=transactional_id,
         acks=-1,
         timeout_ms=10_000,
         topic_data=[
@@ -891,10 +898,56 @@ def test_a_resent_end_txn_is_answered_as_the_retry_it_is(db_url: str, broker: st
         other = EndTxnRequest(
             version=3, transactional_id="tx-wire", producer_id=pid, producer_epoch=epoch, committed=False
         )
-        assert wire.call(other, EndTxnResponse).error_code == 0  # nothing written since: nothing to end
+        # An abort of the transaction that committed (no client sends EndTxn for an empty one):
+        # INVALID_TXN_STATE, as Kafka's coordinator answers in CompleteCommit, never "aborted".
+        assert wire.call(other, EndTxnResponse).error_code == 48
     finally:
         wire.close()
+    # A broker that never saw the commit (another one, or this one restarted) reads the store:
+    # the resent commit is the retry it is, the abort is refused, however long the client waited.
+    with running_broker(db_url) as fresh:
+        wire = _Wire(fresh)
+        try:
+            assert wire.call(resent, EndTxnResponse).error_code == 0
+            assert wire.call(other, EndTxnResponse).error_code == 48
+        finally:
+            wire.close()
     assert [r.value for r in read_committed(db_url, TOPIC, 1)] == [b"in-txn"]
+
+
+@pytest.mark.timeout(60)
+def test_an_end_txn_the_store_did_not_answer_is_resent_not_aborted(db_url: str, proxied_url: str, proxy: Any) -> None:
+    """EndTxn(commit) while the broker cannot reach the store: the broker cannot know the outcome
+    (a commit whose reply was lost looks the same), so it answers COORDINATOR_LOAD_IN_PROGRESS,
+    which Kafka's clients resend (after NETWORK_EXCEPTION librdkafka would abort instead); the
+    resend commits, or is the retry it is."""
+    with oncelog.Admin(db_url) as admin:
+        admin.create_topic(TOPIC, partitions=PARTITIONS)
+    with running_broker(proxied_url) as address:
+        wire = _Wire(address)
+        try:
+            ident = wire.call(
+                InitProducerIdRequest(version=4, transactional_id="tx-lost", transaction_timeout_ms=60_000),
+                InitProducerIdResponse,
+            )
+            pid, epoch = ident.producer_id, ident.producer_epoch
+            produced = wire.call(
+                _produce_request(_batch(pid, epoch, 0, [b"committed once"], transactional=True), 0, "tx-lost"),
+                ProduceResponse,
+            )
+            assert produced.responses[0].partition_responses[0].error_code == 0
+            end = EndTxnRequest(
+                version=3, transactional_id="tx-lost", producer_id=pid, producer_epoch=epoch, committed=True
+            )
+            proxy.block_new_connections(True)
+            proxy.cut_all()
+            assert wire.call(end, EndTxnResponse).error_code == 14  # COORDINATOR_LOAD_IN_PROGRESS
+            proxy.block_new_connections(False)
+            assert wire.call(end, EndTxnResponse).error_code == 0
+            assert wire.call(end, EndTxnResponse).error_code == 0  # once more: a retry, no second effect
+        finally:
+            wire.close()
+    assert [r.value for r in read_committed(db_url, TOPIC, 0)] == [b"committed once"]
 
 
 # --- aiokafka and kcat -------------------------------------------------------------------------------
