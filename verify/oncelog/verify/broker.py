@@ -27,6 +27,10 @@ _LOG = logging.getLogger(__name__)
 
 #: How long a start may take (imports, the first connection through a proxy that may be stalled).
 _START_TIMEOUT_S = 60.0
+#: How long a restart keeps trying when a start fails (the port taken for a moment, say), and the
+#: longest pause between two tries.
+_START_RETRY_S = 10.0
+_START_BACKOFF_MAX_S = 2.0
 #: The line ``oncelog broker`` writes on stderr once it listens.
 _LISTENING = re.compile(r"Kafka clients may connect to (\S+):(\d+)")
 
@@ -62,7 +66,7 @@ class BrokerProcess:
         with self._lock:
             if self._proc is not None and self._proc.poll() is None:
                 return self.bootstrap
-            self._spawn()
+            self._spawn_retrying()
             if self._watcher is None:
                 self._watcher = threading.Thread(target=self._watch, name="verify-broker", daemon=True)
                 self._watcher.start()
@@ -93,6 +97,22 @@ class BrokerProcess:
                 proc.wait()
         if self._watcher is not None:
             self._watcher.join(5)
+
+    def _spawn_retrying(self) -> None:
+        """:meth:`_spawn`, tried again with a growing pause for ``_START_RETRY_S`` (a restart on
+        the same port can find it taken for a moment); the last failure is raised."""
+        deadline = time.monotonic() + _START_RETRY_S
+        pause = 0.1
+        while True:
+            try:
+                self._spawn()
+                return
+            except RuntimeError as exc:
+                if not self._port or time.monotonic() + pause > deadline:
+                    raise  # the first start, or out of time
+                _LOG.warning("%s; trying again", exc)
+            time.sleep(pause)
+            pause = min(pause * 2, _START_BACKOFF_MAX_S)
 
     def _spawn(self) -> None:
         listening = threading.Event()
@@ -145,9 +165,10 @@ class BrokerProcess:
                     self.crashes.append(proc.returncode)
                     _LOG.warning("oncelog broker exited with %s; starting it again", proc.returncode)
                 try:
-                    self._spawn()
+                    self._spawn_retrying()
                 except RuntimeError as exc:
                     _LOG.warning("%s", exc)
+                    self._stopping.wait(_START_BACKOFF_MAX_S)
 
 
 @contextlib.contextmanager

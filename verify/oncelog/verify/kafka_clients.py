@@ -192,7 +192,7 @@ def _run_idempotent(spec: ClientSpec, rec: _Recorder, rng: random.Random) -> Non
             rec.record(OpType.INFO, "send", writes=done, error=why)
             rec.retire()
             if fatal or any(isinstance(r, ck.KafkaError) and r.fatal() for r in results):
-                _LOG.info("the idempotent producer failed fatally (%s); a new one", fatal[:1] or first)
+                _LOG.warning("the idempotent producer failed fatally (%s); a new one", fatal[:1] or first)
                 _drop(producer)
                 producer, fatal[:] = new(), []
             backoff.failed()
@@ -226,7 +226,7 @@ class _Transactions:
             try:
                 _within("init_transactions", producer.init_transactions, _CALL_TIMEOUT_S)
             except (ck.KafkaException, _Wedged) as exc:
-                _LOG.info("init_transactions failed, a new producer: %s", _describe(exc))
+                _LOG.warning("init_transactions failed, a new producer: %s", _describe(exc))
                 if not isinstance(exc, _Wedged):
                     _drop(producer)
                 backoff.failed()
@@ -338,6 +338,10 @@ def _messages(consumer: ck.Consumer, most: int, timeout: float) -> list[ck.Messa
         error = message.error()
         if error is None:
             out.append(message)
+        elif error.fatal():
+            # librdkafka reports a consumer's fatal error (a fenced static member) as an event,
+            # not a raise: without this the client would poll a dead consumer for the rest of the run.
+            raise ck.KafkaException(error)
         else:
             _LOG.info("consumer event: %s", error.str())
     return out
@@ -371,7 +375,12 @@ def _run_copier(spec: ClientSpec, rec: _Recorder, rng: random.Random) -> None:
         assigned = member.assignment()
         if not assigned:
             return
-        for tp in member.committed(assigned, timeout=_API_TIMEOUT_MS / 1000):
+        committed = member.committed(assigned, timeout=_API_TIMEOUT_MS / 1000)
+        failed = next((tp.error for tp in committed if tp.error is not None), None)
+        if failed is not None:
+            # Not "no offset yet" (which is the beginning): a new member starts from the group's offsets.
+            raise ck.KafkaException(failed)
+        for tp in committed:
             member.seek(ck.TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else ck.OFFSET_BEGINNING))
 
     try:
@@ -381,7 +390,7 @@ def _run_copier(spec: ClientSpec, rec: _Recorder, rng: random.Random) -> None:
             try:
                 messages = _messages(consumer, spec.max_poll_records, 0.3)
             except ck.KafkaException as exc:
-                _LOG.info("poll failed: %s", _describe(exc))
+                _LOG.warning("poll failed: %s", _describe(exc))
                 error = _error(exc)
                 if error is None or error.fatal():  # fenced as a group member: start again as a new one
                     _close(consumer)
