@@ -39,6 +39,15 @@ _ENDED = frozenset({"CompleteCommit", "CompleteAbort"})
 _COORDINATOR_LOAD_IN_PROGRESS = 14
 
 
+def _coordinator_code(exc: errors.OncelogError) -> int:
+    """The code a transaction API answers ``exc`` with: the store out of reach is the
+    coordinator not ready, which clients resend (each of these requests is safe to repeat: the
+    store answers a repeat as the retry it is); anything else as every API answers it."""
+    if isinstance(exc, errors.DatabaseUnavailableError):
+        return _COORDINATOR_LOAD_IN_PROGRESS
+    return error_code(exc)
+
+
 @dataclass(slots=True)
 class _Slot:
     """What the broker knows of a transactional id: its producer and the transaction number in
@@ -129,7 +138,7 @@ class TxnHandlers:
             )
             code = NONE
         except errors.OncelogError as exc:
-            code = error_code(exc)
+            code = _coordinator_code(exc)
         topic_class = response_class.AddPartitionsToTxnTopicResult
         partition_class = topic_class.AddPartitionsToTxnPartitionResult
         return response_class(
@@ -152,7 +161,7 @@ class TxnHandlers:
             await self.number(request.transactional_id, request.producer_id, request.producer_epoch)
             code = NONE
         except errors.OncelogError as exc:
-            code = error_code(exc)
+            code = _coordinator_code(exc)
         return response_class(version=request.version, throttle_time_ms=0, error_code=code)
 
     async def txn_offset_commit(self, request: Any, response_class: Any) -> Any:
@@ -174,7 +183,7 @@ class TxnHandlers:
             )
             code = NONE
         except errors.OncelogError as exc:
-            code = error_code(exc)
+            code = _coordinator_code(exc)
         return commit_answer(request, response_class, response_class.TxnOffsetCommitResponseTopic, code)
 
     async def end_txn(self, request: Any, response_class: Any) -> Any:
@@ -200,10 +209,8 @@ class TxnHandlers:
                 if status.state not in _ENDED:
                     return answer(NONE)  # nothing was written in this transaction: nothing to end
                 number = status.txn_number
-        except errors.DatabaseUnavailableError:
-            return answer(_COORDINATOR_LOAD_IN_PROGRESS)
         except errors.OncelogError as exc:
-            return answer(error_code(exc))
+            return answer(_coordinator_code(exc))
         try:
             await self._run(
                 self._db.call,
@@ -214,12 +221,10 @@ class TxnHandlers:
                 txn_number=number,
                 commit=commit,
             )
-        except errors.DatabaseUnavailableError:
-            # The outcome is unknown (the commit may have landed): the client resends, and the
-            # store answers the resend as a retry, whatever happened.
-            return answer(_COORDINATOR_LOAD_IN_PROGRESS)
         except errors.OncelogError as exc:
-            return answer(error_code(exc))
+            # Unreachable, the outcome is unknown (the commit may have landed): the client
+            # resends, and the store answers the resend as a retry, whatever happened.
+            return answer(_coordinator_code(exc))
         if number == slot.number:
             slot.number, slot.started = number + 1, False
         return answer(NONE)

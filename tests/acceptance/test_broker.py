@@ -51,6 +51,8 @@ from kafka.protocol.producer import (
     InitProducerIdResponse,
     ProduceRequest,
     ProduceResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
@@ -939,15 +941,34 @@ def test_an_end_txn_the_store_did_not_answer_is_resent_not_aborted(db_url: str, 
             end = EndTxnRequest(
                 version=3, transactional_id="tx-lost", producer_id=pid, producer_epoch=epoch, committed=True
             )
+            topic_class = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+            offsets = TxnOffsetCommitRequest(
+                version=3, transactional_id="tx-lost", group_id="g-lost", producer_id=pid, producer_epoch=epoch,
+                topics=[topic_class(name=TOPIC, partitions=[
+                    topic_class.TxnOffsetCommitRequestPartition(
+                        partition_index=1, committed_offset=7, committed_metadata=None
+                    )
+                ])],
+            )  # fmt: skip
+
+            def offsets_code() -> int:
+                answer = wire.call(offsets, TxnOffsetCommitResponse)
+                return int(answer.topics[0].partitions[0].error_code)
+
             proxy.block_new_connections(True)
             proxy.cut_all()
-            assert wire.call(end, EndTxnResponse).error_code == 14  # COORDINATOR_LOAD_IN_PROGRESS
+            assert offsets_code() == 14  # COORDINATOR_LOAD_IN_PROGRESS
+            assert wire.call(end, EndTxnResponse).error_code == 14
             proxy.block_new_connections(False)
+            assert offsets_code() == 0  # the resend
             assert wire.call(end, EndTxnResponse).error_code == 0
             assert wire.call(end, EndTxnResponse).error_code == 0  # once more: a retry, no second effect
         finally:
             wire.close()
     assert [r.value for r in read_committed(db_url, TOPIC, 0)] == [b"committed once"]
+    with oncelog.Admin(db_url) as admin:
+        lags = admin.group_lag("g-lost")
+    assert [(lag.partition, lag.committed_offset) for lag in lags if lag.topic == TOPIC] == [(1, 7)]
 
 
 # --- aiokafka and kcat -------------------------------------------------------------------------------
