@@ -723,8 +723,9 @@ class ClientPool:
         self.incarnations: list[str] = []
         self.crashes: list[Crash] = []
         self.exit_at_stop: dict[str, int] = {}
-        """Each client's exit status when :meth:`stop` stopped it: 0 once its operation completed,
-        3 when it overran its grace (``_STOP_GRACE_S``), -9 when it had to be killed."""
+        """The exit status of each client :meth:`stop` stopped (running or paused then): 0 once
+        its operation completed, 3 when it overran its grace (``_STOP_GRACE_S``), -9 when it had
+        to be killed."""
 
     def start(self) -> None:
         """Start every client, and a thread that restarts the ones that crash."""
@@ -787,6 +788,8 @@ class ClientPool:
         with self._lock:
             self._stopping = True
             clients = list(self._clients.values())
+            # Only these are stopped here: a crashed client's status is its crash's (in crashes).
+            told = {client.spec.name for client in clients if client.state in ("running", "paused")}
             for client in clients:
                 if client.state == "paused":
                     with contextlib.suppress(ProcessLookupError):
@@ -805,7 +808,8 @@ class ClientPool:
                 client.proc.kill()
                 client.proc.wait()
                 forced.append(client.spec.name)
-            self.exit_at_stop[client.spec.name] = client.proc.returncode
+            if client.spec.name in told:
+                self.exit_at_stop[client.spec.name] = client.proc.returncode
         if self._supervisor is not None:
             self._supervisor.join(5)
         return forced
