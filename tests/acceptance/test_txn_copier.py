@@ -223,6 +223,7 @@ class Supervisor:
         if inc.count("done"):
             # It finished just before the signal: not a disruption, and nothing to restart.
             self.done.add(group)
+            self.kills["finished first"] += 1
             return
         self.kills["external"] += 1
         self.start(group)
@@ -246,6 +247,7 @@ class Supervisor:
             # fencing would show as a replacement starting behind it.
             start = next(e for e in new.events() if e["event"] == "start")
             assert start["positions"] == old.events()[-1]["positions"], (start, old.events()[-3:])
+            self.kills["finished first"] += 1
             return
         assert code == EXIT_FENCED, f"zombie exited {code}: {old.stderr()}"
         assert old.events()[-1]["event"] == "fenced", old.events()[-3:]
@@ -416,7 +418,11 @@ def test_copiers_killed_and_fenced_copy_exactly_once(db_url: str, tmp_path: Path
     print(f"disruptions: {dict(sup.kills)}; incarnations: {len(sup.history)}; tail polls: {tail.polls}")
     # Every planned disruption happened (the plan is per copier, so this does not depend on speed).
     assert all(not plan.crashes and not plan.disruptions for plan in sup.plans.values()), (sup.kills, sup.plans)
-    assert sup.kills["external"] + sup.kills["zombie"] == len(GROUPS) * EXTERNAL_DISRUPTIONS_PER_GROUP, sup.kills
+    # Each planned disruption hit a running copier, or found it had just finished (a late
+    # incarnation may have little left); most must have hit, or the run proved little.
+    hit = sup.kills["external"] + sup.kills["zombie"]
+    assert hit + sup.kills["finished first"] == len(GROUPS) * EXTERNAL_DISRUPTIONS_PER_GROUP, sup.kills
+    assert sup.kills["finished first"] <= len(GROUPS), sup.kills
     planned = sum(v for k, v in sup.kills.items() if k.startswith("planned"))
     assert planned == len(GROUPS) * PLANNED_CRASHES_PER_GROUP, sup.kills
     # Every stalled copier recovered by itself: abortable error, abort, next epoch (KIP-360).
