@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -278,10 +279,12 @@ class Handlers:
                         for (tp, _), answer in zip(chunk, answers, strict=True):
                             out.append((tp, answer if isinstance(answer, BaseException) else answer.base_offset))
         except errors.OncelogError as exc:
-            # The database went away (at checkout, or between chunks): the batches not answered
-            # yet get its error, which producers retry.
-            answered = {tp for tp, _ in out}
-            out += [(tp, exc) for tp, _ in parsed if tp not in answered]
+            # The database went away (at checkout, or between chunks): a partition with a batch
+            # not answered yet gets its error (which wins over its other answers), and producers
+            # retry.
+            left = Counter(tp for tp, _ in parsed)
+            left.subtract(tp for tp, _ in out)
+            out += [(tp, exc) for tp, n in left.items() if n > 0]
         return out
 
     @staticmethod

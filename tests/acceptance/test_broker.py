@@ -918,11 +918,12 @@ def test_a_resent_end_txn_is_answered_as_the_retry_it_is(db_url: str, broker: st
 
 
 @pytest.mark.timeout(60)
-def test_an_end_txn_the_store_did_not_answer_is_resent_not_aborted(db_url: str, proxied_url: str, proxy: Any) -> None:
-    """EndTxn(commit) while the broker cannot reach the store: the broker cannot know the outcome
-    (a commit whose reply was lost looks the same), so it answers COORDINATOR_LOAD_IN_PROGRESS,
-    which Kafka's clients resend (after NETWORK_EXCEPTION librdkafka would abort instead); the
-    resend commits, or is the retry it is."""
+def test_requests_the_store_did_not_answer_get_retriable_codes(db_url: str, proxied_url: str, proxy: Any) -> None:
+    """While the broker cannot reach the store, requests get codes clients retry, and the
+    client's connection stays open. EndTxn(commit) cannot know the outcome (a commit whose reply
+    was lost looks the same), so it answers COORDINATOR_LOAD_IN_PROGRESS, which Kafka's clients
+    resend (after NETWORK_EXCEPTION librdkafka would abort instead); the resend commits, or is
+    the retry it is. A Produce answers NETWORK_EXCEPTION, and its resend lands once."""
     with oncelog.Admin(db_url) as admin:
         admin.create_topic(TOPIC, partitions=PARTITIONS)
     with running_broker(proxied_url) as address:
@@ -955,17 +956,21 @@ def test_an_end_txn_the_store_did_not_answer_is_resent_not_aborted(db_url: str, 
                 answer = wire.call(offsets, TxnOffsetCommitResponse)
                 return int(answer.topics[0].partitions[0].error_code)
 
+            plain = _batch(-1, -1, -1, [b"after the outage"])
             proxy.block_new_connections(True)
             proxy.cut_all()
             assert offsets_code() == 14  # COORDINATOR_LOAD_IN_PROGRESS
             assert wire.call(end, EndTxnResponse).error_code == 14
+            assert _produce(wire, plain, partition=2).error_code == 13  # NETWORK_EXCEPTION: producers retry
             proxy.block_new_connections(False)
+            assert _produce(wire, plain, partition=2).error_code == 0
             assert offsets_code() == 0  # the resend
             assert wire.call(end, EndTxnResponse).error_code == 0
             assert wire.call(end, EndTxnResponse).error_code == 0  # once more: a retry, no second effect
         finally:
             wire.close()
     assert [r.value for r in read_committed(db_url, TOPIC, 0)] == [b"committed once"]
+    assert [r.value for r in read_committed(db_url, TOPIC, 2)] == [b"after the outage"]
     with oncelog.Admin(db_url) as admin:
         lags = admin.group_lag("g-lost")
     assert [(lag.partition, lag.committed_offset) for lag in lags if lag.topic == TOPIC] == [(1, 7)]

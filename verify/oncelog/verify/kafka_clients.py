@@ -41,15 +41,16 @@ from oncelog.verify.workloads import (
     _MAX_BLOCK_MS,
     _SESSION_TIMEOUT_MS,
     _STOP,
-    _TXN_NUMBERS_PER_INCARNATION,
     ClientSpec,
     Role,
+    _acknowledged,
     _Backoff,
     _random_writes,
     _Recorder,
     _think,
     _transaction_failed,
     run_transactions,
+    transaction_name,
 )
 
 __all__ = ["ROLES"]
@@ -95,13 +96,6 @@ def _into(results: list[_Delivery], index: int) -> Callable[[ck.KafkaError | Non
         results[index] = error if error is not None else (offset if offset is not None and offset >= 0 else None)
 
     return delivered
-
-
-def _acknowledged(writes: Sequence[Write], results: Sequence[_Delivery]) -> list[Write]:
-    return [
-        Write(w.topic, w.partition, w.payload, r) if isinstance(r, int) else w
-        for w, r in zip(writes, results, strict=True)
-    ]
 
 
 def _error(exc: BaseException) -> ck.KafkaError | None:
@@ -237,7 +231,7 @@ class _Transactions:
     def next_name(self) -> str:
         """``<transactional id>#<n>``, unique across incarnations."""
         self._count += 1
-        return f"{self._spec.identity}#{self._spec.incarnation * _TXN_NUMBERS_PER_INCARNATION + self._count}"
+        return transaction_name(self._spec, self._count)
 
     def commit(self) -> None:
         """Commit, calling again after a retriable error (librdkafka resumes the same commit)."""

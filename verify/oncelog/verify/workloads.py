@@ -278,11 +278,19 @@ def _wait_all(futures: Sequence[Future[RecordMetadata]]) -> list[int | BaseExcep
     return out
 
 
-def _acknowledged(writes: Sequence[Write], results: Sequence[int | BaseException]) -> list[Write]:
+def _acknowledged(writes: Sequence[Write], results: Sequence[object]) -> list[Write]:
+    """``writes`` with the offset of each whose result is one (an int); the others, and those
+    past the results, as they were."""
     return [
         Write(w.topic, w.partition, w.payload, r) if isinstance(r, int) else w
         for w, r in zip(writes, results, strict=False)
     ] + list(writes[len(results) :])
+
+
+def transaction_name(spec: ClientSpec, count: int) -> str:
+    """The name of transaction ``count`` of this incarnation: ``<transactional id>#<n>``, unique
+    across incarnations of the transactional id."""
+    return f"{spec.identity}#{spec.incarnation * _TXN_NUMBERS_PER_INCARNATION + count}"
 
 
 def _transaction_failed(rec: _Recorder, f: str, *, definite: bool, dropped: bool, **values: Any) -> None:
@@ -366,7 +374,7 @@ class _Transactions:
     def next_name(self) -> str:
         """``<transactional id>#<n>``, unique across incarnations."""
         self._count += 1
-        return f"{self._spec.identity}#{self._spec.incarnation * _TXN_NUMBERS_PER_INCARNATION + self._count}"
+        return transaction_name(self._spec, self._count)
 
     def commit(self) -> None:
         """Commit, resuming a commit whose outcome stayed unknown a few times."""
