@@ -61,6 +61,7 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 from kafka.record import MemoryRecordsBuilder
+from kafka.record.util import calc_crc32c
 
 import oncelog
 from oncelog.broker import API_RANGES
@@ -283,6 +284,13 @@ class _Wire:
         self.send(request)
         return response_class.decode(self._frame(), version=request.version, header=True)
 
+    def init_producer_id(self) -> Any:
+        """An idempotent producer's id and epoch (InitProducerId v4 without a transactional id)."""
+        return self.call(
+            InitProducerIdRequest(version=4, transactional_id=None, transaction_timeout_ms=60_000),
+            InitProducerIdResponse,
+        )
+
     def send(self, *requests: Any) -> int:
         """Send ``requests`` in one write, without waiting for their answers; the last one's
         correlation id."""
@@ -348,15 +356,21 @@ def _produce(wire: _Wire, records: bytes, partition: int = 2) -> Any:
 
 
 def _produce_request(records: bytes, partition: int = 2, transactional_id: str | None = None) -> Any:
+    return _produce_many({partition: records}, transactional_id)
+
+
+def _produce_many(records: dict[int, bytes], transactional_id: str | None = None) -> Any:
+    """A Produce request (v9, acks=all) of TOPIC's partitions' record sets."""
+    data = ProduceRequest.TopicProduceData
     return ProduceRequest(
         version=9,
         transactional_id=transactional_id,
         acks=-1,
         timeout_ms=10_000,
         topic_data=[
-            ProduceRequest.TopicProduceData(
+            data(
                 name=TOPIC,
-                partition_data=[ProduceRequest.TopicProduceData.PartitionProduceData(index=partition, records=records)],
+                partition_data=[data.PartitionProduceData(index=p, records=r) for p, r in records.items()],
             )
         ],
     )
@@ -369,10 +383,7 @@ def test_pipelined_requests_are_appended_and_answered_in_order(db_url: str, brok
     are taken and offsets follow."""
     wire = _Wire(broker)
     try:
-        ident = wire.call(
-            InitProducerIdRequest(version=4, transactional_id=None, transaction_timeout_ms=60_000),
-            InitProducerIdResponse,
-        )
+        ident = wire.init_producer_id()
         sent: list[tuple[int, str]] = []
         for i in range(15):
             batch = _batch(ident.producer_id, ident.producer_epoch, 3 * i, [b"pipe-%d-%d" % (i, j) for j in range(3)])
@@ -402,10 +413,7 @@ def test_pipelined_requests_are_appended_and_answered_in_order(db_url: str, brok
 def test_a_resent_batch_is_answered_as_a_duplicate_and_a_gap_is_refused(db_url: str, broker: str) -> None:
     wire = _Wire(broker)
     try:
-        ident = wire.call(
-            InitProducerIdRequest(version=4, transactional_id=None, transaction_timeout_ms=60_000),
-            InitProducerIdResponse,
-        )
+        ident = wire.init_producer_id()
         assert ident.error_code == 0
         batch = _batch(ident.producer_id, ident.producer_epoch, 0, [b"once-1", b"once-2"])
         first, again = _produce(wire, batch), _produce(wire, batch)  # a retry after a lost answer
@@ -426,10 +434,7 @@ def test_a_batch_the_store_cannot_hold_is_refused_alone(db_url: str, broker: str
     INVALID_RECORD, and nothing of it is written; the producer's next batch goes in."""
     wire = _Wire(broker)
     try:
-        ident = wire.call(
-            InitProducerIdRequest(version=4, transactional_id=None, transaction_timeout_ms=60_000),
-            InitProducerIdResponse,
-        )
+        ident = wire.init_producer_id()
         bad = _batch(ident.producer_id, ident.producer_epoch, 0, [b"nul"], headers=[("a\x00b", b"v")])
         assert _produce(wire, bad).error_code == 87  # INVALID_RECORD
         good = _batch(ident.producer_id, ident.producer_epoch, 0, [b"kept"], headers=[("trace", b"t1")])
@@ -441,6 +446,39 @@ def test_a_batch_the_store_cannot_hold_is_refused_alone(db_url: str, broker: str
 
 
 @pytest.mark.timeout(60)
+def test_a_batch_that_does_not_decode_fails_only_its_own_partition(db_url: str, broker: str) -> None:
+    """A hostile client signs a compressed batch whose stream is garbage: that partition is
+    answered CORRUPT_MESSAGE, the request's other partition is appended, and the connection
+    serves on (a decoding error used to escape and close it, losing the whole request)."""
+    wire = _Wire(broker)
+    try:
+        ident = wire.init_producer_id()
+        builder = MemoryRecordsBuilder(
+            magic=2,
+            compression_type=4,  # zstd
+            batch_size=1 << 20,
+            offset=0,
+            producer_id=ident.producer_id,
+            producer_epoch=ident.producer_epoch,
+            base_sequence=0,
+        )
+        builder.append(int(time.time() * 1000), None, b"x" * 500, [])
+        builder.close()
+        bad = bytearray(builder.buffer())
+        bad[-8:] = b"\xff" * 8  # the end of the zstd frame
+        struct.pack_into(">I", bad, 17, calc_crc32c(bytes(bad[21:])))
+        good = _batch(ident.producer_id, ident.producer_epoch, 0, [b"kept"])
+        request = _produce_many({1: bytes(bad), 2: good})
+        answers = {p.index: p.error_code for p in wire.call(request, ProduceResponse).responses[0].partition_responses}
+        assert answers == {1: 2, 2: 0}  # CORRUPT_MESSAGE, NONE
+        assert _produce(wire, _batch(ident.producer_id, ident.producer_epoch, 1, [b"after"])).error_code == 0
+    finally:
+        wire.close()
+    assert read_partition(db_url, TOPIC, 1) == []
+    assert [r.value for r in read_partition(db_url, TOPIC, 2)] == [b"kept", b"after"]
+
+
+@pytest.mark.timeout(60)
 def test_an_epoch_an_idempotent_producer_bumped_itself_is_taken_once_the_store_issued_it(
     db_url: str, broker: str
 ) -> None:
@@ -449,10 +487,7 @@ def test_an_epoch_an_idempotent_producer_bumped_itself_is_taken_once_the_store_i
     older epoch is fenced, and refuses every other epoch the store did not issue."""
     wire = _Wire(broker)
     try:
-        ident = wire.call(
-            InitProducerIdRequest(version=4, transactional_id=None, transaction_timeout_ms=60_000),
-            InitProducerIdResponse,
-        )
+        ident = wire.init_producer_id()
         pid, epoch = ident.producer_id, ident.producer_epoch
         assert _produce(wire, _batch(pid, epoch, 0, [b"e0-a", b"e0-b"])).error_code == 0
         assert _produce(wire, _batch(pid, epoch, 9, [b"lost"])).error_code == 45  # the client then bumps
