@@ -990,10 +990,11 @@ def broker_section(res: dict[str, Any]) -> list[str]:
         f"The same records to a fresh {s['partitions']}-partition topic per kind: the store call "
         f"(store.log.produce_batches, one {s['batch']}-record batch per partition per call, idempotent; the "
         f"baseline), confluent-kafka's producer (librdkafka {s['librdkafka']}, linger.ms=5) through {where}"
-        ", idempotent and with 1000-record transactions, and oncelog's Producer (defaults). Then "
-        "the idempotent run's records read back, read_committed, by confluent-kafka's consumer through the broker "
-        f"and by Consumer.poll (baseline). Records/s, medians of {s['repeat']} run(s); ratios: medians of the "
-        "per-run ratios:",
+        ", idempotent and with 1000-record transactions, and oncelog's Producer (defaults); librdkafka's "
+        "producers timed once they have their producer id. Then the idempotent run's records read back, "
+        "read_committed, by confluent-kafka's consumer through the broker and by Consumer.poll (baseline), "
+        f"each timed from its first delivery. Records/s, medians of {s['repeat']} run(s); ratios: medians of "
+        "the per-run ratios:",
         "",
         "| value | records | store call | broker, idempotent | ratio | broker, transactional | ratio "
         "| oncelog Producer | ratio | Consumer.poll | broker consumer | ratio |",

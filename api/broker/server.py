@@ -30,6 +30,7 @@ from oncelog.broker.common import API_RANGES, CLIENT_ID, PRINCIPAL_ENGINE, Datab
 from oncelog.broker.describe import DescribeHandlers
 from oncelog.broker.groups import GroupHandlers
 from oncelog.broker.handlers import Handlers
+from oncelog.broker.inbox import Inbox
 from oncelog.broker.replicas import ReplicaHandlers
 from oncelog.errors import ConfigurationError
 from oncelog.store import create_engine
@@ -46,7 +47,11 @@ _SIZE = struct.Struct(">i")
 #: How long a TLS client may take to finish its handshake.
 _TLS_HANDSHAKE_TIMEOUT_S = 30.0
 _API_VERSIONS = 18
-#: What _answer returns to have the connection closed.
+_PRODUCE = 0
+#: How far a connection's requests are read ahead of their answers: librdkafka keeps up to five
+#: in flight, Kafka's Java client five per connection too.
+_READ_AHEAD_FRAMES, _READ_AHEAD_BYTES = 16, 16 * 1024 * 1024
+#: The answer that has the connection closed (once the answers before it are written).
 _CLOSE = object()
 #: What a client may ask before it authenticated, when the broker requires SASL: ApiVersions,
 #: SaslHandshake, SaslAuthenticate.
@@ -259,41 +264,133 @@ class Broker:
         return answer(0)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One connection: a task reads its requests ahead, this one starts answering them in
+        order, and a third writes the answers in that same order.
+
+        Produce requests of an idempotent producer for partitions none of the earlier ones still
+        being appended names are appended at once, each on a database connection of its own
+        (librdkafka keeps five in flight, one partition each; the store takes an idempotent
+        producer's appends to different partitions side by side). Every other request waits until
+        all before it are answered, and runs in this task, so what it sets in the connection's
+        context (its SASL principal) holds for the requests after it.
+        """
         task = asyncio.current_task()
         if task is not None:
             self._connections.add(task)
         peer = writer.get_extra_info("peername")
+        inbox = Inbox(max_frames=_READ_AHEAD_FRAMES, max_bytes=_READ_AHEAD_BYTES)
+        # Bounded too: a client that sends and does not read its answers stops being read.
+        answers: asyncio.Queue[asyncio.Future[Any] | None] = asyncio.Queue(maxsize=_READ_AHEAD_FRAMES)
+        reading = asyncio.create_task(self._read(reader, inbox, peer))
+        writing = asyncio.create_task(self._write(writer, answers, inbox))
+        appending: dict[tuple[str, int], asyncio.Future[Any]] = {}  # a partition's latest append
         try:
-            while True:
-                try:
-                    (size,) = _SIZE.unpack(await reader.readexactly(4))
-                except asyncio.IncompleteReadError:
-                    return  # the client closed the connection
-                if not 0 < size <= MAX_REQUEST_BYTES:
-                    logger.warning("closing %s: a request of %s bytes", peer, size)
-                    return
-                answer = await self._answer(await reader.readexactly(size), peer)
-                if answer is _CLOSE:
-                    return
-                if isinstance(answer, bytes):
-                    writer.write(answer)
-                    await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
-            return
+            while (frame := await inbox.get()) is not None:
+                decoded = self._decode(frame, peer)
+                answer: asyncio.Future[Any]
+                if isinstance(decoded, _Request) and _side_by_side(decoded):
+                    if len(appending) > _READ_AHEAD_FRAMES * 64:  # partitions named over time
+                        appending = {tp: f for tp, f in appending.items() if not f.done()}
+                    names = _partitions(decoded.request)
+                    earlier = {id(f): f for f in (appending.get(tp) for tp in names) if f is not None and not f.done()}
+                    answer = asyncio.ensure_future(self._respond_after(list(earlier.values()), decoded, peer))
+                    appending.update(dict.fromkeys(names, answer))
+                else:
+                    # Everything before it answered first: as one request at a time would have it.
+                    pending = [f for f in appending.values() if not f.done()]
+                    if pending:
+                        await asyncio.wait(pending)
+                    appending.clear()
+                    answer = asyncio.get_running_loop().create_future()
+                    answer.set_result(
+                        decoded if not isinstance(decoded, _Request) else await self._respond(decoded, peer)
+                    )
+                await answers.put(answer)
+                if answer.done() and answer.result() is _CLOSE:
+                    break
         except asyncio.CancelledError:
             # close() cancels every connection: the connection ends here. Returning (not raising)
             # keeps asyncio's server callback from logging the cancellation as an error.
+            writing.cancel()
+        finally:
+            reading.cancel()
+            try:
+                if not writing.cancelling():
+                    # The writer writes what is queued, then stops at the end mark; or it stopped
+                    # already (at _CLOSE, or a broken connection) and takes nothing more.
+                    ending = asyncio.ensure_future(answers.put(None))
+                    await asyncio.wait([ending, writing], return_when=asyncio.FIRST_COMPLETED)
+                    ending.cancel()
+                await asyncio.gather(reading, writing, return_exceptions=True)
+            except asyncio.CancelledError:
+                writing.cancel()  # close() while the last answers were being written
+            finally:
+                for answer in appending.values():
+                    answer.cancel()
+                if task is not None:
+                    self._connections.discard(task)
+                writer.close()
+                with contextlib.suppress(Exception):
+                    await writer.wait_closed()
+
+    @staticmethod
+    async def _read(reader: asyncio.StreamReader, inbox: Inbox, peer: Any) -> None:
+        """Read a connection's request frames into ``inbox`` until it ends, or sends a size no
+        request has (a client speaking something else): then the inbox is closed, and so is the
+        connection once what came before is answered."""
+        try:
+            while True:
+                (size,) = _SIZE.unpack(await reader.readexactly(4))
+                if not 0 < size <= MAX_REQUEST_BYTES:
+                    logger.warning("closing %s: a request of %s bytes", peer, size)
+                    return
+                await inbox.put(await reader.readexactly(size))
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
+            return  # the client closed the connection, or it broke
+        finally:
+            await inbox.close()
+
+    @staticmethod
+    async def _write(
+        writer: asyncio.StreamWriter, answers: asyncio.Queue[asyncio.Future[Any] | None], inbox: Inbox
+    ) -> None:
+        """Write the answers in the order their requests came, each once it is ready; at _CLOSE,
+        or when the client cannot be written to, stop taking requests."""
+        try:
+            while (answer := await answers.get()) is not None:
+                framed = await answer
+                if framed is _CLOSE:
+                    return
+                if isinstance(framed, bytes):
+                    writer.write(framed)
+                    await writer.drain()
+        except (ConnectionError, ssl.SSLError):
             return
         finally:
-            if task is not None:
-                self._connections.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            await inbox.close(drop=True)
 
-    async def _answer(self, frame: bytes, peer: Any) -> bytes | object | None:
-        """The framed answer to one request; None when it gets none (acks=0), _CLOSE to close
-        the connection (a request we cannot read, as Kafka's brokers do)."""
+    async def _respond_after(self, earlier: list[asyncio.Future[Any]], request: _Request, peer: Any) -> Any:
+        if earlier:
+            await asyncio.wait(earlier)
+        return await self._respond(request, peer)
+
+    async def _respond(self, decoded: _Request, peer: Any) -> bytes | object | None:
+        """The framed answer to a decoded request; None when it gets none (acks=0), _CLOSE when
+        answering it failed (a bug of ours: this client's connection ends, the broker serves on)."""
+        try:
+            response = await self._dispatch[decoded.api_key](decoded.request, decoded.response_class)
+            if response is None:
+                return None
+            return encode_response(response, decoded.correlation_id)
+        except Exception:
+            logger.exception(
+                "closing %s: answering API key %s version %s failed", peer, decoded.api_key, decoded.request.version
+            )
+            return _CLOSE
+
+    def _decode(self, frame: bytes, peer: Any) -> _Request | bytes | object:
+        """``frame``'s request, or what answers it at once: the ApiVersions refusal (error 35), or
+        _CLOSE for a request the connection may not send or we cannot read (as Kafka's brokers do)."""
         if len(frame) < 8:
             logger.warning("closing %s: a request too short for its header", peer)
             return _CLOSE
@@ -315,15 +412,29 @@ class Broker:
                 "closing %s: a malformed request (API key %s version %s)", peer, api_key, version, exc_info=True
             )
             return _CLOSE
-        CLIENT_ID.set(client_id)  # this connection's task: its store calls and JoinGroup read it
-        try:
-            response = await self._dispatch[api_key](request, response_class)
-            if response is None:
-                return None
-            return encode_response(response, correlation_id)
-        except Exception:  # a bug of ours: this client's connection ends, the broker serves on
-            logger.exception("closing %s: answering API key %s version %s failed", peer, api_key, version)
-            return _CLOSE
+        CLIENT_ID.set(client_id)  # this connection's context: its store calls and JoinGroup read it
+        return _Request(api_key, correlation_id, request, response_class)
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """A decoded request, with what its answer needs."""
+
+    api_key: int
+    correlation_id: int
+    request: Any
+    response_class: Any
+
+
+def _side_by_side(decoded: _Request) -> bool:
+    """Whether ``decoded`` may be appended beside the requests before it: a Produce outside a
+    transaction (a transactional producer's appends queue on its transaction's row in any case,
+    and its EndTxn must follow them)."""
+    return decoded.api_key == _PRODUCE and decoded.request.transactional_id is None
+
+
+def _partitions(request: Any) -> list[tuple[str, int]]:
+    return [(t.name, p.index) for t in request.topic_data for p in t.partition_data]
 
 
 @contextlib.contextmanager

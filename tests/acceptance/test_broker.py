@@ -39,6 +39,8 @@ from kafka.protocol.consumer import (
     JoinGroupResponse,
     LeaveGroupRequest,
     LeaveGroupResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -407,6 +409,114 @@ def test_pipelined_requests_are_appended_and_answered_in_order(db_url: str, brok
     assert [r.value for r in read_partition(db_url, TOPIC, 2)] == [
         b"pipe-%d-%d" % (i, j) for i in range(15) for j in range(3)
     ]
+
+
+@pytest.mark.timeout(120)
+def test_pipelined_appends_to_many_partitions_land_once_in_order_and_before_what_follows(
+    db_url: str, broker: str
+) -> None:
+    """An idempotent producer's Produce requests for different partitions are appended side by
+    side; what must not change with that: answers come back in the order sent, a partition's
+    batches land in the order sent (a resend is a duplicate, a gap is refused), and a request
+    that is not such a Produce (ListOffsets here) is answered only after everything before it
+    was appended, so it sees all of it."""
+    wire = _Wire(broker)
+    try:
+        ident = wire.init_producer_id()
+        pid, epoch = ident.producer_id, ident.producer_epoch
+        listed = ListOffsetsRequest.ListOffsetsTopic
+        latest = ListOffsetsRequest(
+            version=7,
+            replica_id=-1,
+            isolation_level=0,
+            topics=[
+                listed(
+                    name=TOPIC,
+                    partitions=[
+                        listed.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1, timestamp=-1)
+                        for p in range(PARTITIONS)
+                    ],
+                )
+            ],
+        )
+        expected: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
+        sequences = [0] * PARTITIONS
+        for round_ in range(40):
+            sent: list[tuple[int, str, int, int]] = []  # correlation id, kind, partition, expected code
+            for step in range(6):
+                p = (round_ + step) % PARTITIONS
+                values = [b"r%d-s%d-%d" % (round_, step, i) for i in range(1 + step % 3)]
+                batch = _batch(pid, epoch, sequences[p], values)
+                sent.append((wire.send(_produce_request(batch, p)), "produce", p, 0))
+                sequences[p] += len(values)
+                expected[p] += values
+                if step == 2:  # the same batch again at once: a resend, answered as a duplicate
+                    sent.append((wire.send(_produce_request(batch, p)), "produce", p, 0))
+                if step == 4:  # a gap on another partition: refused, and nothing of it lands
+                    gap = _batch(pid, epoch, sequences[(p + 1) % PARTITIONS] + 5, [b"gap"])
+                    sent.append(
+                        (wire.send(_produce_request(gap, (p + 1) % PARTITIONS)), "produce", (p + 1) % PARTITIONS, 45)
+                    )
+            sent.append((wire.send(latest), "list", -1, 0))
+            for correlation, kind, p, code in sent:
+                if kind == "list":
+                    got, offsets = wire.answer(ListOffsetsResponse, 7)
+                    ends = {a.partition_index: a.offset for a in offsets.topics[0].partitions}
+                    assert ends == {q: len(expected[q]) for q in range(PARTITIONS)}, (
+                        "ListOffsets saw every append before it"
+                    )
+                else:
+                    got, produced = wire.answer(ProduceResponse, 9)
+                    (answer,) = produced.responses[0].partition_responses
+                    assert (answer.index, answer.error_code) == (p, code)
+                assert got == correlation, "answers come back in the order the requests were sent"
+    finally:
+        wire.close()
+    for p in range(PARTITIONS):
+        records = read_partition(db_url, TOPIC, p)
+        assert [r.value for r in records] == expected[p]
+        assert [r.sequence for r in records] == list(range(len(expected[p])))
+
+
+@pytest.mark.timeout(120)
+def test_a_client_far_ahead_of_its_answers_is_held_back_and_answered_in_full(db_url: str, broker: str) -> None:
+    """More requests in flight than the broker reads ahead (it stops reading until answers are
+    taken): every one is answered, in order; and a client that leaves with many unanswered
+    requests leaves the broker serving."""
+    wire = _Wire(broker)
+    try:
+        ident = wire.init_producer_id()
+        sequences = [0] * PARTITIONS
+        sent: list[int] = []
+        for i in range(150):
+            p = i % PARTITIONS
+            batch = _batch(ident.producer_id, ident.producer_epoch, sequences[p], [b"ahead-%d" % i])
+            sequences[p] += 1
+            sent.append(wire.send(_produce_request(batch, p)))
+        for i, correlation in enumerate(sent):
+            got, produced = wire.answer(ProduceResponse, 9)
+            (answer,) = produced.responses[0].partition_responses
+            assert (got, answer.index, answer.error_code, answer.base_offset) == (
+                correlation,
+                i % PARTITIONS,
+                0,
+                i // PARTITIONS,
+            )
+        for i in range(60):
+            p = i % PARTITIONS
+            wire.send(_produce_request(_batch(ident.producer_id, ident.producer_epoch, sequences[p], [b"left"]), p))
+            sequences[p] += 1
+    finally:
+        wire.close()
+    again = _Wire(broker)
+    try:
+        assert again.call(ApiVersionsRequest(version=0), ApiVersionsResponse).error_code == 0
+    finally:
+        again.close()
+    for p in range(PARTITIONS):
+        values = [r.value for r in read_partition(db_url, TOPIC, p)]
+        assert values[:50] == [b"ahead-%d" % i for i in range(p, 150, PARTITIONS)]
+        assert set(values[50:]) <= {b"left"}, "what the client left behind lands whole or not at all, after the rest"
 
 
 @pytest.mark.timeout(60)
