@@ -6,7 +6,7 @@ code. Record batches (magic 2, every compression codec) parse and build with aio
 codec, about ten times as fast as kafka-python's pure-Python one on the broker's hot path. What is
 here is only the framing a server needs around those: the request header's version follows the
 body's (flexible or not), an over-new ApiVersions gets error 35 in a v0 body, a produced record set
-is split into its batches and each checked, and a fetched record run becomes a batch at its own
+is checked to be one whole batch, and a fetched record run becomes a batch at its own
 base offset, or a commit marker that moves a reader past a gap.
 """
 
@@ -236,8 +236,8 @@ class BadBatch(Exception):
         self.code = code
 
 
-#: Kafka's CORRUPT_MESSAGE, INVALID_TIMESTAMP, UNSUPPORTED_FOR_MESSAGE_FORMAT and INVALID_RECORD.
-CORRUPT_MESSAGE, INVALID_TIMESTAMP, UNSUPPORTED_FOR_MESSAGE_FORMAT, INVALID_RECORD = 2, 32, 43, 87
+#: Kafka's CORRUPT_MESSAGE, INVALID_TIMESTAMP and INVALID_RECORD.
+CORRUPT_MESSAGE, INVALID_TIMESTAMP, INVALID_RECORD = 2, 32, 87
 
 # RecordBatch v2's header, as Kafka's DefaultRecordBatch lays it out: base offset (int64), batch
 # length (int32, the bytes after it), partition leader epoch (int32), magic (int8), CRC (uint32,
@@ -258,48 +258,40 @@ class ProducedBatch:
     records: RecordColumns
 
 
-def parse_produced(data: bytes | None) -> list[ProducedBatch]:
-    """The batches of one partition's record set (RecordBatch v2, any codec). BadBatch for a
-    legacy message set (magic 0 or 1), a batch cut short or with trailing bytes, a bad CRC or a
-    record that does not decode, a control batch or an empty set."""
-    if not data:
-        raise BadBatch(CORRUPT_MESSAGE, "an empty record set")
-    data = bytes(data)
-    batches: list[ProducedBatch] = []
-    pos = 0
-    while pos < len(data):
-        # A batch's frame: base offset (8), length of the rest (4), then magic at byte 16. Kafka's
-        # broker refuses a record set whose last batch is cut short, rather than dropping it as a
-        # reader of fetched data does.
-        if len(data) - pos < _BATCH_HEADER_SIZE:
-            raise BadBatch(CORRUPT_MESSAGE, "a record set ending in a partial batch header")
-        end = pos + _LOG_OVERHEAD + _LENGTH.unpack_from(data, pos + 8)[0]
-        if end > len(data) or end - pos < _BATCH_HEADER_SIZE:
-            raise BadBatch(CORRUPT_MESSAGE, "a record batch whose length does not fit the record set")
-        if data[pos + _MAGIC_OFFSET] != 2:
-            raise BadBatch(
-                UNSUPPORTED_FOR_MESSAGE_FORMAT, f"message format v{data[pos + _MAGIC_OFFSET]}: oncelog takes v2 only"
-            )
-        batch = RecordBatch(data[pos:end])
-        pos = end
-        if not batch.validate_crc():
-            raise BadBatch(CORRUPT_MESSAGE, "a record batch failed its CRC check")
-        if batch.is_control_batch:
-            raise BadBatch(INVALID_RECORD, "a client may not write control batches")
-        rows = _columns(batch)
-        if not rows.values:
-            raise BadBatch(INVALID_RECORD, "a record batch without records")
-        idempotent = batch.producer_id >= 0
-        batches.append(
-            ProducedBatch(
-                producer_id=batch.producer_id if idempotent else None,
-                producer_epoch=batch.producer_epoch if idempotent else None,
-                base_sequence=batch.base_sequence if idempotent else None,
-                transactional=batch.is_transactional,
-                records=rows,
-            )
-        )
-    return batches
+def parse_produced(data: bytes | None) -> ProducedBatch:
+    """One partition's record set, which must be exactly one RecordBatch v2 (any codec), as
+    Kafka's ProduceRequest.validateRecords requires from Produce v3 on: no batch, more than one or
+    another magic is INVALID_RECORD. So is a control batch, or one without records. A batch whose
+    length field does not fit the record set, a bad CRC or a record that does not decode is
+    CORRUPT_MESSAGE (Kafka's readers drop a batch cut short; a producer never sends one, and
+    dropping it here would acknowledge records that were not appended)."""
+    data = bytes(data or b"")
+    if len(data) <= _MAGIC_OFFSET:
+        raise BadBatch(INVALID_RECORD if not data else CORRUPT_MESSAGE, "a record set without a whole batch")
+    if data[_MAGIC_OFFSET] != 2:
+        raise BadBatch(INVALID_RECORD, f"message format v{data[_MAGIC_OFFSET]}: Produce v3 and later take v2 only")
+    # A batch's frame: base offset (8), length of the rest (4), ..., magic at byte 16.
+    end = _LOG_OVERHEAD + _LENGTH.unpack_from(data, 8)[0]
+    if not _BATCH_HEADER_SIZE <= end <= len(data):
+        raise BadBatch(CORRUPT_MESSAGE, "a record batch whose length does not fit the record set")
+    if end < len(data):
+        raise BadBatch(INVALID_RECORD, "bytes after the record batch: Produce v3 and later take exactly one batch")
+    batch = RecordBatch(data)
+    if not batch.validate_crc():
+        raise BadBatch(CORRUPT_MESSAGE, "a record batch failed its CRC check")
+    if batch.is_control_batch:
+        raise BadBatch(INVALID_RECORD, "a client may not write control batches")
+    rows = _columns(batch)
+    if not rows.values:
+        raise BadBatch(INVALID_RECORD, "a record batch without records")
+    idempotent = batch.producer_id >= 0
+    return ProducedBatch(
+        producer_id=batch.producer_id if idempotent else None,
+        producer_epoch=batch.producer_epoch if idempotent else None,
+        base_sequence=batch.base_sequence if idempotent else None,
+        transactional=batch.is_transactional,
+        records=rows,
+    )
 
 
 def _columns(batch: RecordBatch) -> RecordColumns:

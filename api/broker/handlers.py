@@ -230,8 +230,7 @@ class Handlers:
         for t in request.topic_data:
             for p in t.partition_data:
                 try:
-                    for batch in parse_produced(p.records):
-                        parsed.append(((t.name, p.index), batch))
+                    parsed.append(((t.name, p.index), parse_produced(p.records)))
                 except BadBatch as exc:
                     codes[(t.name, p.index)] = exc.code
                     logger.info("produce to %s-%s refused: %s", t.name, p.index, exc)

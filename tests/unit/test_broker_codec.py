@@ -20,7 +20,7 @@ from kafka.record.util import calc_crc32c
 from oncelog.broker.codec import BadBatch, commit_marker, fetched_batches, parse_produced
 from oncelog.store.records import FetchedRecord, decode_headers
 
-CORRUPT_MESSAGE, INVALID_TIMESTAMP, UNSUPPORTED_FOR_MESSAGE_FORMAT, INVALID_RECORD = 2, 32, 43, 87
+CORRUPT_MESSAGE, INVALID_TIMESTAMP, INVALID_RECORD = 2, 32, 87
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 NOW_MS = 1_764_300_000_000
 
@@ -70,15 +70,11 @@ RECORDS: list[Record] = [
 
 
 @pytest.mark.parametrize("codec", sorted(CODECS))
-def test_a_clients_batches_reach_the_store_columns_unchanged(codec: str) -> None:
-    first = _batch(RECORDS, codec=CODECS[codec])
-    second = _batch(RECORDS[:2], codec=CODECS[codec], producer=(7, 3, 44), transactional=True)
-    batches = parse_produced(first + second)
-    assert [(b.producer_id, b.producer_epoch, b.base_sequence, b.transactional) for b in batches] == [
-        (7, 3, 40, False),
-        (7, 3, 44, True),
-    ]
-    columns = batches[0].records
+def test_a_clients_batch_reaches_the_store_columns_unchanged(codec: str) -> None:
+    batch = parse_produced(_batch(RECORDS, codec=CODECS[codec]))
+    assert (batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.transactional) == (7, 3, 40, False)
+    assert parse_produced(_batch(RECORDS[:1], codec=CODECS[codec], transactional=True)).transactional
+    columns = batch.records
     assert columns.keys == [r[0] for r in RECORDS]
     assert columns.values == [r[1] for r in RECORDS]
     assert columns.timestamps == [datetime.fromtimestamp(r[3] / 1000, UTC) for r in RECORDS]
@@ -88,7 +84,7 @@ def test_a_clients_batches_reach_the_store_columns_unchanged(codec: str) -> None
 
 
 def test_a_batch_without_a_producer_id_goes_in_as_not_idempotent() -> None:
-    (batch,) = parse_produced(_batch(RECORDS[:1], producer=(-1, -1, -1)))
+    batch = parse_produced(_batch(RECORDS[:1], producer=(-1, -1, -1)))
     assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (None, None, None)
     assert batch.records.headers is None
 
@@ -143,14 +139,15 @@ def test_a_commit_marker_is_a_signed_control_batch_at_its_offset() -> None:
 # --- what a hostile client can send ----------------------------------------------------------------
 
 
-def test_empty_and_cut_short_record_sets_are_corrupt() -> None:
-    whole = _batch(RECORDS) + _batch(RECORDS[:1], producer=(7, 3, 44))
-    first_length = len(_batch(RECORDS))
-    assert _refusal(b"") == CORRUPT_MESSAGE
+def test_a_record_set_is_one_whole_batch() -> None:
+    # Kafka's ProduceRequest.validateRecords (Produce v3 and later): exactly one batch, INVALID_RECORD
+    # otherwise; a batch cut short is CORRUPT_MESSAGE here (Kafka's readers would drop it unseen).
+    whole = _batch(RECORDS)
+    assert _refusal(b"") == INVALID_RECORD
     for cut in range(1, len(whole)):
-        if cut != first_length:
-            assert _refusal(whole[:cut]) == CORRUPT_MESSAGE, f"cut at {cut}"
-    assert _refusal(whole + b"\x00") == CORRUPT_MESSAGE
+        assert _refusal(whole[:cut]) == CORRUPT_MESSAGE, f"cut at {cut}"
+    assert _refusal(whole + _batch(RECORDS[:1], producer=(7, 3, 44))) == INVALID_RECORD
+    assert _refusal(whole + b"\x00") == INVALID_RECORD
 
 
 def test_a_batch_length_that_does_not_fit_is_corrupt() -> None:
@@ -164,7 +161,8 @@ def test_a_batch_length_that_does_not_fit_is_corrupt() -> None:
 def test_other_message_formats_are_refused(magic: int) -> None:
     buffer = bytearray(_batch(RECORDS))
     buffer[16] = magic
-    assert _refusal(bytes(buffer)) == UNSUPPORTED_FOR_MESSAGE_FORMAT
+    assert _refusal(bytes(buffer)) == INVALID_RECORD  # as Kafka answers them in Produce v3 and later
+    assert _refusal(bytes(buffer[:17])) == INVALID_RECORD
 
 
 def test_every_flipped_byte_fails_the_crc() -> None:
@@ -216,8 +214,8 @@ def test_signed_garbage_in_a_batch_is_refused_with_a_code_never_a_crash(
     for at, value in changes:
         data[21 + (at - 21) % (len(data) - 21)] = value
     try:
-        batches = parse_produced(_resigned(data))
+        batch = parse_produced(_resigned(data))
     except BadBatch as refused:
         assert refused.code in (CORRUPT_MESSAGE, INVALID_TIMESTAMP, INVALID_RECORD)
     else:
-        assert all(len(b.records.values) == len(b.records.keys) == len(b.records.timestamps or ()) for b in batches)
+        assert len(batch.records.values) == len(batch.records.keys) == len(batch.records.timestamps or ())
