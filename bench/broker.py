@@ -15,7 +15,10 @@ time:
 * **broker, idempotent**: confluent-kafka's Producer (librdkafka) with ``enable.idempotence``,
   ``linger.ms=5``, through the broker;
 * **broker, transactional**: the same with a ``transactional.id``, 1000-record transactions;
-* **oncelog Producer**: oncelog's own Producer (defaults), for comparison.
+* **oncelog Producer**: oncelog's own Producer (defaults), for comparison;
+* **oncelog Producer, transactional**: the same in 1000-record transactions, the baseline of the
+  broker's transactional run on the same transactions (the store call above is idempotent, not
+  transactional, so against it that run also pays what a transaction costs the store).
 
 Then reads of the idempotent run's records, read_committed, from the start to the end:
 confluent-kafka's Consumer through the broker against oncelog's ``Consumer.poll`` (baseline).
@@ -59,7 +62,15 @@ BATCH = 1000
 SIZES = (100, 1024)
 FULL_RECORDS = {100: 100_000, 1024: 40_000}
 QUICK_RECORDS = 2_000
-KINDS = ("store", "broker_idempotent", "broker_transactional", "producer", "consume_broker", "consume_poll")
+KINDS = (
+    "store",
+    "broker_idempotent",
+    "broker_transactional",
+    "producer",
+    "producer_transactional",
+    "consume_broker",
+    "consume_poll",
+)
 
 
 def _store_call(bench: Bench, topic: str, payload: Data, records: int) -> float:
@@ -117,12 +128,22 @@ def _librdkafka(address: str, topic: str, payload: Data, records: int, *, transa
     return records / (time.perf_counter() - started)
 
 
-def _producer(bench: Bench, topic: str, payload: Data, records: int) -> float:
-    with oncelog.Producer(bench.sa_url) as producer:
+def _producer(bench: Bench, topic: str, payload: Data, records: int, *, transactional: bool = False) -> float:
+    """Records/s of oncelog's Producer (defaults); ``transactional``: in 1000-record transactions,
+    as the broker's transactional run writes them, timed after init_transactions."""
+    transactional_id = f"bench-{uuid.uuid4().hex[:8]}" if transactional else None
+    with oncelog.Producer(bench.sa_url, transactional_id=transactional_id) as producer:
+        if transactional:
+            producer.init_transactions()
         started = time.perf_counter()
-        for i in range(records):
-            row = payload.records[i % len(payload.records)]
-            producer.send(topic, row.value, key=row.key, partition=i % PARTITIONS)
+        for first in range(0, records, BATCH):
+            if transactional:
+                producer.begin_transaction()
+            for i in range(first, min(first + BATCH, records)):
+                row = payload.records[i % len(payload.records)]
+                producer.send(topic, row.value, key=row.key, partition=i % PARTITIONS)
+            if transactional:
+                producer.commit_transaction()
         producer.flush()
         return records / (time.perf_counter() - started)
 
@@ -181,6 +202,9 @@ def measure(bench: Bench, address: str, size: int, records: int, repeat: int) ->
             address, bench.new_topic(PARTITIONS)[0], payload, records, transactional=True, warm_up=warm_up
         )
         run["producer"] = _producer(bench, bench.new_topic(PARTITIONS)[0], payload, records)
+        run["producer_transactional"] = _producer(
+            bench, bench.new_topic(PARTITIONS)[0], payload, records, transactional=True
+        )
         # Reads alternate which goes first: the second finds the pages cached as much as the first did.
         if n % 2:
             run["consume_poll"] = _consume_poll(bench, read_topic, records)
@@ -202,6 +226,7 @@ def measure(bench: Bench, address: str, size: int, records: int, repeat: int) ->
         "ratio_idempotent_to_store": ratio("broker_idempotent", "store"),
         "ratio_transactional_to_store": ratio("broker_transactional", "store"),
         "ratio_producer_to_store": ratio("producer", "store"),
+        "ratio_transactional_to_producer_transactional": ratio("broker_transactional", "producer_transactional"),
         "ratio_consume_to_poll": ratio("consume_broker", "consume_poll"),
     }
 

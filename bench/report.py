@@ -968,6 +968,17 @@ def broker_headlines(res: dict[str, Any]) -> list[Headline]:
                 several=len(cases) > 1,
             )
         )
+    if all("producer_transactional_per_s" in c for c in cases):
+        rows.append(
+            Headline(
+                "confluent-kafka transactional producer through oncelog broker against oncelog's transactional "
+                f"Producer, 1000-record transactions: {sizes}",
+                ", ".join(compact(c["broker_transactional_per_s"]) for c in cases) + " records/s",
+                "oncelog Producer " + ", ".join(compact(c["producer_transactional_per_s"]) for c in cases),
+                ", ".join(f"{c['ratio_transactional_to_producer_transactional']:.2f}" for c in cases),
+                name="the broker's transactional producer against oncelog's",
+            )
+        )
     rows.append(
         Headline(
             f"confluent-kafka read_committed consumer through oncelog broker against Consumer.poll: {sizes}",
@@ -990,23 +1001,40 @@ def broker_section(res: dict[str, Any]) -> list[str]:
         f"The same records to a fresh {s['partitions']}-partition topic per kind: the store call "
         f"(store.log.produce_batches, one {s['batch']}-record batch per partition per call, idempotent; the "
         f"baseline), confluent-kafka's producer (librdkafka {s['librdkafka']}, linger.ms=5) through {where}"
-        ", idempotent and with 1000-record transactions, and oncelog's Producer (defaults); librdkafka's "
+        ", idempotent and with 1000-record transactions, and oncelog's Producer (defaults), idempotent and in "
+        "the same transactions (the transactional run's second baseline); librdkafka's "
         "producers timed once they have their producer id. Then the idempotent run's records read back, "
         "read_committed, by confluent-kafka's consumer through the broker and by Consumer.poll (baseline), "
         f"each timed from its first delivery. Records/s, medians of {s['repeat']} run(s); ratios: medians of "
         "the per-run ratios:",
         "",
-        "| value | records | store call | broker, idempotent | ratio | broker, transactional | ratio "
-        "| oncelog Producer | ratio | Consumer.poll | broker consumer | ratio |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| value | records | store call | broker, idempotent | ratio | oncelog Producer | ratio "
+        "| broker, transactional | ratio to the store call | oncelog Producer, transactional | ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for c in res["cases"]:
+        # Results from before the transactional Producer was measured beside the broker lack it.
+        own = c.get("producer_transactional_per_s")
         lines.append(
             f"| {_size(c['value_bytes'])} | {c['records']:,} | {c['store_per_s']:,.0f} "
             f"| {c['broker_idempotent_per_s']:,.0f} | {c['ratio_idempotent_to_store']:.2f} "
-            f"| {c['broker_transactional_per_s']:,.0f} | {c['ratio_transactional_to_store']:.2f} "
             f"| {c['producer_per_s']:,.0f} | {c['ratio_producer_to_store']:.2f} "
-            f"| {c['consume_poll_per_s']:,.0f} | {c['consume_broker_per_s']:,.0f} | {c['ratio_consume_to_poll']:.2f} |"
+            f"| {c['broker_transactional_per_s']:,.0f} | {c['ratio_transactional_to_store']:.2f} "
+            + (
+                "| - | - |"
+                if own is None
+                else f"| {own:,.0f} | {c['ratio_transactional_to_producer_transactional']:.2f} |"
+            )
+        )
+    lines += [
+        "",
+        "| value | records | Consumer.poll | broker consumer | ratio |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for c in res["cases"]:
+        lines.append(
+            f"| {_size(c['value_bytes'])} | {c['records']:,} | {c['consume_poll_per_s']:,.0f} "
+            f"| {c['consume_broker_per_s']:,.0f} | {c['ratio_consume_to_poll']:.2f} |"
         )
     return [*lines, ""]
 

@@ -1,8 +1,10 @@
 """The broker's network side: an asyncio TCP server speaking Kafka's framing.
 
 Each connection's requests are answered in the order they came (Kafka's rule: a client pipelines
-requests on a connection and matches answers by order and correlation id), one at a time. The
-store's calls run on a thread pool; the event loop only reads, decodes, encodes and writes.
+requests on a connection and matches answers by order and correlation id). They run one at a
+time, except Produce requests outside a transaction for different partitions, which are appended
+side by side (see ``Broker._serve``). The store's calls run on a thread pool; the event loop only
+reads, decodes, encodes and writes.
 """
 
 from __future__ import annotations
@@ -48,9 +50,14 @@ _SIZE = struct.Struct(">i")
 _TLS_HANDSHAKE_TIMEOUT_S = 30.0
 _API_VERSIONS = 18
 _PRODUCE = 0
-#: How far a connection's requests are read ahead of their answers: librdkafka keeps up to five
-#: in flight, Kafka's Java client five per connection too.
+#: How many requests, and bytes of them, a connection may have between read and answered (one of any
+#: size when it has none): librdkafka keeps up to five in flight, Kafka's Java client five too.
 _READ_AHEAD_FRAMES, _READ_AHEAD_BYTES = 16, 16 * 1024 * 1024
+#: How many of a connection's appends run at once, so that one client does not take every store thread.
+_SIDE_BY_SIDE = 4
+#: How long a closing connection's last answers may take to be written (a client that does not read
+#: them has its connection cut instead).
+_LAST_ANSWERS_S = 30.0
 #: The answer that has the connection closed (once the answers before it are written).
 _CLOSE = object()
 #: What a client may ask before it authenticated, when the broker requires SASL: ApiVersions,
@@ -218,10 +225,13 @@ class Broker:
         principals' engines."""
         if self._server is not None:
             self._server.close()
-            connections = list(self._connections)
-            for task in connections:
-                task.cancel()
-            await asyncio.gather(*connections, return_exceptions=True)
+            # Again while any is left: a connection accepted just before is served by a task that
+            # joins the set only when it first runs.
+            while self._connections:
+                connections = list(self._connections)
+                for task in connections:
+                    task.cancel()
+                await asyncio.gather(*connections, return_exceptions=True)
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -267,25 +277,29 @@ class Broker:
         """One connection: a task reads its requests ahead, this one starts answering them in
         order, and a third writes the answers in that same order.
 
-        Produce requests of an idempotent producer for partitions none of the earlier ones still
-        being appended names are appended at once, each on a database connection of its own
-        (librdkafka keeps five in flight, one partition each; the store takes an idempotent
-        producer's appends to different partitions side by side). Every other request waits until
-        all before it are answered, and runs in this task, so what it sets in the connection's
-        context (its SASL principal) holds for the requests after it.
+        Produce requests outside a transaction for partitions no earlier request still being
+        appended names are appended at once (up to _SIDE_BY_SIDE of them), each on a database
+        connection of its own: librdkafka keeps five in flight, one partition each, and the store
+        takes one producer's appends to different partitions side by side. Every other request
+        waits until all before it are answered, and runs in this task, so it sees what they wrote
+        and what it sets in the connection's context (its SASL principal) holds for the requests
+        after it.
         """
         task = asyncio.current_task()
         if task is not None:
             self._connections.add(task)
         peer = writer.get_extra_info("peername")
         inbox = Inbox(max_frames=_READ_AHEAD_FRAMES, max_bytes=_READ_AHEAD_BYTES)
-        # Bounded too: a client that sends and does not read its answers stops being read.
-        answers: asyncio.Queue[asyncio.Future[Any] | None] = asyncio.Queue(maxsize=_READ_AHEAD_FRAMES)
+        # Unbounded: the inbox bounds what is between read and answered, these answers included.
+        answers: asyncio.Queue[tuple[asyncio.Future[Any], int] | None] = asyncio.Queue()
         reading = asyncio.create_task(self._read(reader, inbox, peer))
         writing = asyncio.create_task(self._write(writer, answers, inbox))
+        started: set[asyncio.Future[Any]] = set()  # every append of this connection not done
         appending: dict[tuple[str, int], asyncio.Future[Any]] = {}  # a partition's latest append
+        gate = asyncio.Semaphore(_SIDE_BY_SIDE)
+        aborted = False
         try:
-            while (frame := await inbox.get()) is not None:
+            while not writing.done() and (frame := await inbox.get()) is not None:
                 decoded = self._decode(frame, peer)
                 answer: asyncio.Future[Any]
                 if isinstance(decoded, _Request) and _side_by_side(decoded):
@@ -293,45 +307,57 @@ class Broker:
                         appending = {tp: f for tp, f in appending.items() if not f.done()}
                     names = _partitions(decoded.request)
                     earlier = {id(f): f for f in (appending.get(tp) for tp in names) if f is not None and not f.done()}
-                    answer = asyncio.ensure_future(self._respond_after(list(earlier.values()), decoded, peer))
+                    answer = asyncio.ensure_future(self._respond_after(list(earlier.values()), gate, decoded, peer))
+                    started.add(answer)
+                    answer.add_done_callback(started.discard)
                     appending.update(dict.fromkeys(names, answer))
                 else:
                     # Everything before it answered first: as one request at a time would have it.
-                    pending = [f for f in appending.values() if not f.done()]
-                    if pending:
-                        await asyncio.wait(pending)
+                    if started:
+                        await asyncio.wait(list(started))
                     appending.clear()
                     answer = asyncio.get_running_loop().create_future()
                     answer.set_result(
                         decoded if not isinstance(decoded, _Request) else await self._respond(decoded, peer)
                     )
-                await answers.put(answer)
+                answers.put_nowait((answer, len(frame)))
                 if answer.done() and answer.result() is _CLOSE:
                     break
         except asyncio.CancelledError:
             # close() cancels every connection: the connection ends here. Returning (not raising)
             # keeps asyncio's server callback from logging the cancellation as an error.
-            writing.cancel()
+            aborted = True
         finally:
             reading.cancel()
+            answers.put_nowait(None)
             try:
-                if not writing.cancelling():
-                    # The writer writes what is queued, then stops at the end mark; or it stopped
-                    # already (at _CLOSE, or a broken connection) and takes nothing more.
-                    ending = asyncio.ensure_future(answers.put(None))
-                    await asyncio.wait([ending, writing], return_when=asyncio.FIRST_COMPLETED)
-                    ending.cancel()
-                await asyncio.gather(reading, writing, return_exceptions=True)
+                if aborted:
+                    writing.cancel()
+                # The writer writes the answers still due, unless it stopped (at _CLOSE, or a
+                # connection it cannot write to); a client that does not read them gets a bound.
+                await asyncio.wait([writing], timeout=_LAST_ANSWERS_S)
             except asyncio.CancelledError:
-                writing.cancel()  # close() while the last answers were being written
+                aborted = True
             finally:
-                for answer in appending.values():
-                    answer.cancel()
-                if task is not None:
-                    self._connections.discard(task)
-                writer.close()
-                with contextlib.suppress(Exception):
-                    await writer.wait_closed()
+                aborted = aborted or not writing.done()
+                for pending in (reading, writing, *started):
+                    pending.cancel()
+                try:
+                    await asyncio.gather(reading, writing, *started, return_exceptions=True)
+                    if aborted:
+                        writer.transport.abort()  # what is unwritten is dropped: never wait on the client
+                    else:
+                        writer.close()
+                        await asyncio.wait_for(writer.wait_closed(), _LAST_ANSWERS_S)
+                except (Exception, asyncio.CancelledError):
+                    # Not closed in time, or close() cancelled this wait: cut it.
+                    aborted = True
+                    writer.transport.abort()
+                finally:
+                    # Only now: close() waits for every connection in this set to be closed.
+                    if task is not None:
+                        self._connections.discard(task)
+                    logger.debug("connection from %s ended%s", peer, " (cut)" if aborted else "")
 
     @staticmethod
     async def _read(reader: asyncio.StreamReader, inbox: Inbox, peer: Any) -> None:
@@ -352,13 +378,16 @@ class Broker:
 
     @staticmethod
     async def _write(
-        writer: asyncio.StreamWriter, answers: asyncio.Queue[asyncio.Future[Any] | None], inbox: Inbox
+        writer: asyncio.StreamWriter, answers: asyncio.Queue[tuple[asyncio.Future[Any], int] | None], inbox: Inbox
     ) -> None:
-        """Write the answers in the order their requests came, each once it is ready; at _CLOSE,
-        or when the client cannot be written to, stop taking requests."""
+        """Write the answers in the order their requests came, each once it is ready, releasing
+        its request's room in the inbox; at _CLOSE, or when the client cannot be written to, stop
+        taking requests."""
         try:
-            while (answer := await answers.get()) is not None:
+            while (item := await answers.get()) is not None:
+                answer, size = item
                 framed = await answer
+                await inbox.release(size)
                 if framed is _CLOSE:
                     return
                 if isinstance(framed, bytes):
@@ -369,10 +398,16 @@ class Broker:
         finally:
             await inbox.close(drop=True)
 
-    async def _respond_after(self, earlier: list[asyncio.Future[Any]], request: _Request, peer: Any) -> Any:
+    async def _respond_after(
+        self, earlier: list[asyncio.Future[Any]], gate: asyncio.Semaphore, request: _Request, peer: Any
+    ) -> Any:
+        """The answer to an append that runs beside others, once the ``earlier`` appends to its
+        partitions are done, and while ``gate`` has room (one connection does not take every store
+        thread)."""
         if earlier:
             await asyncio.wait(earlier)
-        return await self._respond(request, peer)
+        async with gate:
+            return await self._respond(request, peer)
 
     async def _respond(self, decoded: _Request, peer: Any) -> bytes | object | None:
         """The framed answer to a decoded request; None when it gets none (acks=0), _CLOSE when

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -33,6 +34,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, OffsetAndMetad
 from kafka import TopicPartition as KTopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.protocol.consumer import (
+    FetchRequest,
     HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupRequest,
@@ -517,6 +519,94 @@ def test_a_client_far_ahead_of_its_answers_is_held_back_and_answered_in_full(db_
         values = [r.value for r in read_partition(db_url, TOPIC, p)]
         assert values[:50] == [b"ahead-%d" % i for i in range(p, 150, PARTITIONS)]
         assert set(values[50:]) <= {b"left"}, "what the client left behind lands whole or not at all, after the rest"
+
+
+def _ended(caplog: pytest.LogCaptureFixture, port: int, within_s: float = 30.0) -> bool:
+    """Whether the broker (in this process) logged the end of the connection from ``port``."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if any(
+            r.name == "oncelog.broker.server" and "ended" in r.getMessage() and f", {port})" in r.getMessage()
+            for r in caplog.records
+        ):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.timeout(120)
+def test_a_client_that_drops_its_connection_mid_pipeline_is_let_go(
+    db_url: str, broker: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client resets its connection with many appends queued and answers unread: the broker
+    ends that connection (it once waited for good to queue an answer nobody would write), and of
+    each partition what landed is a prefix of what was sent, each record once."""
+    caplog.set_level(logging.DEBUG, logger="oncelog.broker.server")
+    wire = _Wire(broker)
+    ident = wire.init_producer_id()
+    port = wire.sock.getsockname()[1]
+    sequences = [0] * PARTITIONS
+    for i in range(120):
+        p = i % PARTITIONS
+        batch = _batch(
+            ident.producer_id, ident.producer_epoch, sequences[p], [b"dropped-%d-%d" % (i, j) for j in range(50)]
+        )
+        sequences[p] += 50
+        wire.send(_produce_request(batch, p))
+    wire.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset, not a FIN
+    wire.close()
+    assert _ended(caplog, port), "the broker let the connection go"
+    for p in range(PARTITIONS):
+        sent = [b"dropped-%d-%d" % (i, j) for i in range(p, 120, PARTITIONS) for j in range(50)]
+        values = [r.value for r in read_partition(db_url, TOPIC, p)]
+        assert values == sent[: len(values)]
+
+
+@pytest.mark.timeout(180)
+def test_closing_the_broker_does_not_wait_on_a_client_that_reads_nothing(db_url: str) -> None:
+    """A client asks for megabytes and never reads them: the broker's buffers for it fill, and
+    stopping the broker still ends at once (it used to wait for those buffers to drain)."""
+    with oncelog.Admin(db_url) as admin:
+        admin.create_topic(TOPIC, partitions=1)
+    with oncelog.Producer(db_url) as producer:
+        for i in range(3000):
+            producer.send(TOPIC, b"%05d" % i + b"x" * 1019, partition=0)
+    fetch_topic = FetchRequest.FetchTopic
+    fetch = FetchRequest(
+        version=11,
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=50 * 1024 * 1024,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            fetch_topic(
+                topic=TOPIC,
+                partitions=[
+                    fetch_topic.FetchPartition(
+                        partition=0,
+                        current_leader_epoch=-1,
+                        fetch_offset=0,
+                        log_start_offset=-1,
+                        partition_max_bytes=1024 * 1024,
+                    )
+                ],
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+    # Leaving the block stops the broker, which must not hang on this client: the helper gives
+    # the broker's close 60 s and raises past that.
+    with running_broker(db_url) as address:
+        wire = _Wire(address)
+        wire.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        for _ in range(60):
+            wire.send(fetch)
+        time.sleep(2)  # the broker answers until its socket buffer is full
+    wire.close()
 
 
 @pytest.mark.timeout(60)
