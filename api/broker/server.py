@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import logging
 import ssl
 import struct
@@ -303,19 +304,17 @@ class Broker:
                 decoded = self._decode(frame, peer)
                 answer: asyncio.Future[Any]
                 if isinstance(decoded, _Request) and _side_by_side(decoded):
-                    if len(appending) > _READ_AHEAD_FRAMES * 64:  # partitions named over time
-                        appending = {tp: f for tp, f in appending.items() if not f.done()}
                     names = _partitions(decoded.request)
-                    earlier = {id(f): f for f in (appending.get(tp) for tp in names) if f is not None and not f.done()}
+                    earlier = {id(f): f for f in (appending.get(tp) for tp in names) if f is not None}
                     answer = asyncio.ensure_future(self._respond_after(list(earlier.values()), gate, decoded, peer))
                     started.add(answer)
                     answer.add_done_callback(started.discard)
                     appending.update(dict.fromkeys(names, answer))
+                    answer.add_done_callback(functools.partial(_forget, appending, names))
                 else:
                     # Everything before it answered first: as one request at a time would have it.
                     if started:
                         await asyncio.wait(list(started))
-                    appending.clear()
                     answer = asyncio.get_running_loop().create_future()
                     answer.set_result(
                         decoded if not isinstance(decoded, _Request) else await self._respond(decoded, peer)
@@ -470,6 +469,13 @@ def _side_by_side(decoded: _Request) -> bool:
 
 def _partitions(request: Any) -> list[tuple[str, int]]:
     return [(t.name, p.index) for t in request.topic_data for p in t.partition_data]
+
+
+def _forget(appending: dict[tuple[str, int], asyncio.Future[Any]], names: list[tuple[str, int]], done: Any) -> None:
+    """An append is done: its partitions no longer wait on it (unless a later append took them)."""
+    for tp in names:
+        if appending.get(tp) is done:
+            del appending[tp]
 
 
 @contextlib.contextmanager
