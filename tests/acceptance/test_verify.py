@@ -33,7 +33,15 @@ from oncelog.errors import ConfigurationError, ServerBinariesNotFoundError
 from oncelog.store import create_engine, migrate
 from oncelog.verify.checker import check
 from oncelog.verify.cli import resolve_faults
-from oncelog.verify.faults import BROKER_FAULTS, CLUSTER_FAULTS, SERVER_FAULTS, Fault, plan_faults
+from oncelog.verify.faults import (
+    BROKER_FAULTS,
+    CLUSTER_FAULTS,
+    SERVER_FAULTS,
+    Fault,
+    FaultWindow,
+    Nemesis,
+    plan_faults,
+)
 from oncelog.verify.history import History, OpType
 from oncelog.verify.proxy import FaultProxy
 from oncelog.verify.runner import RunConfig, RunInfo, RunReport, Via, verify
@@ -163,6 +171,72 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+_BLOCKED_CLIENT = """
+import signal, threading
+from oncelog.verify import workloads
+workloads.stop_when_told(grace=0.5)
+# SIGTERM now reaches the watcher thread only, as when the kernel picks a thread other than the
+# main one; the main thread waits where no Python-level handler can run.
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+print("ready", flush=True)
+threading.Event().wait()
+"""
+
+
+def test_a_client_whose_main_thread_is_blocked_still_stops_at_its_grace() -> None:
+    """SIGTERM starts a client's grace at once, even when the main thread cannot run the signal's
+    Python handler (it waits on a lock or inside librdkafka while another thread takes the
+    signal): the client ends with status 3 after its grace, before the runner's SIGKILL."""
+    with subprocess.Popen([sys.executable, "-c", _BLOCKED_CLIENT], stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+            proc.terminate()
+            assert proc.wait(timeout=20) == 3
+        finally:
+            proc.kill()
+
+
+class _NoClients:
+    """The nemesis's view of the client processes, for a plan that touches none."""
+
+    def running(self) -> list[str]:
+        return []
+
+    def kill(self, name: str) -> bool:
+        raise AssertionError(f"the plan kills no client ({name})")
+
+    def pause(self, name: str) -> bool:
+        raise AssertionError(f"the plan pauses no client ({name})")
+
+    def heal(self) -> list[str]:
+        return []
+
+
+@pytest.mark.parametrize("fault", [Fault.CUT_BEFORE, Fault.CUT_AFTER])
+def test_a_cut_window_stays_open_until_its_first_cut(server_url: str, fault: Fault) -> None:
+    """A cut window whose clients send nothing while it is planned (they are reconnecting to a
+    broker that was just killed) waits for the first query to cut, instead of ending with nothing
+    fired: every window must test what it names."""
+    url = make_url(server_url)
+    assert url.host is not None and url.port is not None
+    with FaultProxy(url.host, url.port, allow_remote=True) as proxy:
+        through = proxy.url_for(url.set(drivername="postgresql").render_as_string(hide_password=False))
+        conn = psycopg.connect(through, connect_timeout=10, autocommit=True)
+        window = FaultWindow(fault, at=0.0, duration=0.2, pick=0)
+        nemesis = Nemesis([window], proxy=proxy, clients=_NoClients())
+        events = []
+        runner = threading.Thread(target=lambda: events.extend(nemesis.run(threading.Event())))
+        runner.start()
+        runner.join(1.0)  # five times the window's planned length, and not one query yet
+        assert runner.is_alive(), events
+        with pytest.raises(psycopg.OperationalError):
+            conn.execute("SELECT 1")
+        runner.join(15)
+        assert not runner.is_alive()
+        conn.close()
+    assert [(e.fault, e.fired) for e in events] == [(fault, 1)], events
 
 
 # --- runs -------------------------------------------------------------------------------------------

@@ -114,6 +114,8 @@ _FAILOVER_LAG = 0.5
 _GAP = (0.2, 0.8)
 #: The pause before a one-shot proxy fault is armed again after it fired, in seconds.
 _REARM = (0.02, 0.2)
+#: How long a cut window waits for its first cut past its planned end, in seconds.
+_FIRST_CUT_WAIT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,18 +377,30 @@ class Nemesis:
         return (1, outcome) if outcome else (0, "the transaction did not time out")
 
     def _cuts(self, window: FaultWindow, stop: threading.Event) -> tuple[int, str]:
-        """Arm the one-shot cut again each time it fired, until the window ends."""
+        """Arm the one-shot cut again each time it fired, until the window ends. A window in
+        which nothing passed through the proxy (its clients were reconnecting after a broker
+        kill, say) stays open until the first cut, ``_FIRST_CUT_WAIT_S`` at most."""
         rng = random.Random(window.pick)  # noqa: S311 - reproducible, not a secret
         key = FAULT_CUT_BEFORE_REQUEST if window.fault is Fault.CUT_BEFORE else FAULT_CUT_AFTER_REPLY
         first = self._proxy.stats.faults_fired.get(key, 0)
-        end = time.monotonic() + window.duration
-        while time.monotonic() < end and not stop.is_set():
+        began = time.monotonic()
+        end = began + window.duration
+        latest = max(end, began + _FIRST_CUT_WAIT_S)
+
+        def cut_yet() -> bool:
+            return self._proxy.stats.faults_fired.get(key, 0) > first
+
+        def open_now() -> bool:
+            now = time.monotonic()
+            return now < end or (now < latest and not cut_yet())
+
+        while open_now() and not stop.is_set():
             fired = self._proxy.stats.faults_fired.get(key, 0)
             if window.fault is Fault.CUT_BEFORE:
                 self._proxy.cut_before_next_request()
             else:
                 self._proxy.cut_after_next_reply(precise=True)
-            while time.monotonic() < end and self._proxy.stats.faults_fired.get(key, 0) == fired:
+            while open_now() and self._proxy.stats.faults_fired.get(key, 0) == fired:
                 if stop.wait(0.01):
                     break
             stop.wait(min(rng.uniform(*_REARM), max(0.0, end - time.monotonic())))
@@ -394,7 +408,7 @@ class Nemesis:
         # A precise cut claimed just before the disarm still completes: let its reply come back.
         stop.wait(0.05)
         total = self._proxy.stats.faults_fired.get(key, 0) - first
-        return total, f"{total} connections cut ({key}) in {window.duration:.2f}s"
+        return total, f"{total} connections cut ({key}) in {time.monotonic() - began:.2f}s"
 
     def _fail_over(self, window: FaultWindow, stop: threading.Event) -> tuple[int, str]:
         assert self._cluster is not None  # checked in __init__

@@ -234,7 +234,9 @@ class _Transactions:
         return transaction_name(self._spec, self._count)
 
     def commit(self) -> None:
-        """Commit, calling again after a retriable error (librdkafka resumes the same commit)."""
+        """Commit, calling again after a retriable error (librdkafka resumes the same commit),
+        unless told to stop: three timed-out attempts would outlast the stop's grace, and the
+        commit's outcome is then recorded as unknown."""
         producer = self.producer
         assert producer is not None
         for attempt in range(_COMMIT_ATTEMPTS):
@@ -243,7 +245,7 @@ class _Transactions:
                 return
             except ck.KafkaException as exc:
                 error = _error(exc)
-                if error is None or not error.retriable() or attempt == _COMMIT_ATTEMPTS - 1:
+                if error is None or not error.retriable() or attempt == _COMMIT_ATTEMPTS - 1 or _STOP.is_set():
                     raise
 
     def end_after(self, exc: BaseException) -> bool:

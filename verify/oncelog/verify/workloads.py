@@ -46,6 +46,7 @@ import json
 import logging
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -652,13 +653,36 @@ _ROLES: dict[Role, Callable[[ClientSpec, _Recorder, random.Random], None]] = {
 }
 
 
-def _watch_parent(parent: int) -> None:
-    """Stop when the runner is gone (killed itself), instead of writing forever."""
-    while not _STOP.wait(0.5):
+def stop_when_told(grace: float) -> None:
+    """In a client process's main thread: SIGTERM, or the runner's end, sets ``_STOP`` (complete
+    the current operation, then return) and ends the process with status 3 ``grace`` seconds
+    later if it is still running."""
+    signal.signal(signal.SIGTERM, lambda *_: _STOP.set())
+    signals, wakeup = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wakeup, warn_on_full_buffer=False)
+    threading.Thread(target=_watch, args=(os.getppid(), signals, grace), name="watch", daemon=True).start()
+
+
+def _watch(parent: int, signals: int, grace: float) -> None:
+    """Set ``_STOP`` on SIGTERM or when the runner is gone (killed itself), then end the process
+    ``grace`` seconds later whatever the main thread is doing.
+
+    ``signals`` is the read end of the pipe given to :func:`signal.set_wakeup_fd`: the C-level
+    handler writes to it the moment SIGTERM arrives, in whichever thread the kernel chose. The
+    Python-level handler runs only in the main thread, when it next executes bytecode; a signal
+    delivered to another thread does not wake a main thread that waits on a lock (a copier
+    waiting 20 s on a wedged ``send_offsets_to_transaction``) or inside a librdkafka call. The
+    grace then began only after that wait, and the runner killed the process before its end."""
+    while not _STOP.is_set():
+        readable, _, _ = select.select([signals], [], [], 0.5)
+        if readable:
+            with contextlib.suppress(BlockingIOError):
+                if signal.SIGTERM in os.read(signals, 64):
+                    _STOP.set()
         if os.getppid() != parent:
             _STOP.set()
     # Told to stop: the current operation gets a bounded time to complete, then the process ends.
-    time.sleep(_STOP_GRACE_S)
+    time.sleep(grace)
     os._exit(3)
 
 
@@ -680,8 +704,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None) -> int:
         print(f"the spec on stdin is for {spec.name!r}, not {args[0]!r}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s {spec.name} %(name)s %(levelname)s %(message)s")
-    signal.signal(signal.SIGTERM, lambda *_: _STOP.set())
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), name="watch-parent", daemon=True).start()
+    stop_when_told(_STOP_GRACE_S)
     rng = random.Random(f"{spec.seed}-{spec.name}")  # noqa: S311 - reproducible choices, not secrets
     roles = _ROLES if spec.bootstrap is None else _kafka_roles()
     with open(spec.history, "a", encoding="utf-8") as sink:
