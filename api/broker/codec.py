@@ -120,6 +120,7 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
+from oncelog.broker.inflate import Corrupt, TooLarge, inflate
 from oncelog.errors import InvalidRecordError
 from oncelog.store.records import FetchedRecord, RecordColumns, encode_headers
 
@@ -236,15 +237,20 @@ class BadBatch(Exception):
         self.code = code
 
 
-#: Kafka's CORRUPT_MESSAGE, INVALID_TIMESTAMP and INVALID_RECORD.
-CORRUPT_MESSAGE, INVALID_TIMESTAMP, INVALID_RECORD = 2, 32, 87
+#: Kafka's CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, INVALID_TIMESTAMP and INVALID_RECORD.
+CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, INVALID_TIMESTAMP, INVALID_RECORD = 2, 10, 32, 87
+
+#: The largest request accepted (Kafka's socket.request.max.bytes default), and the most that the
+#: records of one Produce request may take once decompressed: a client gets no more memory from
+#: the broker by compressing than it could by sending the same records plain.
+MAX_REQUEST_BYTES = 100 * 1024 * 1024
 
 # RecordBatch v2's header, as Kafka's DefaultRecordBatch lays it out: base offset (int64), batch
 # length (int32, the bytes after it), partition leader epoch (int32), magic (int8), CRC (uint32,
 # over the attributes onwards), attributes (int16), ... 61 bytes in all.
 _OFFSET, _LENGTH, _ATTRIBUTES, _CRC = struct.Struct(">q"), struct.Struct(">i"), struct.Struct(">h"), struct.Struct(">I")
 _LOG_OVERHEAD, _MAGIC_OFFSET, _CRC_OFFSET, _ATTRIBUTES_OFFSET, _BATCH_HEADER_SIZE = 12, 16, 17, 21, 61
-_CONTROL = 0x20
+_CONTROL, _CODEC = 0x20, 0x07
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,15 +262,19 @@ class ProducedBatch:
     base_sequence: int | None
     transactional: bool
     records: RecordColumns
+    size: int
+    """The bytes of its records, decompressed: what it takes of its request's ``limit``."""
 
 
-def parse_produced(data: bytes | None) -> ProducedBatch:
+def parse_produced(data: bytes | None, limit: int = MAX_REQUEST_BYTES) -> ProducedBatch:
     """One partition's record set, which must be exactly one RecordBatch v2 (any codec), as
     Kafka's ProduceRequest.validateRecords requires from Produce v3 on: no batch, more than one or
     another magic is INVALID_RECORD. So is a control batch, or one without records. A batch whose
     length field does not fit the record set, a bad CRC or a record that does not decode is
     CORRUPT_MESSAGE (Kafka's readers drop a batch cut short; a producer never sends one, and
-    dropping it here would acknowledge records that were not appended)."""
+    dropping it here would acknowledge records that were not appended). Records that take more
+    than ``limit`` bytes decompressed are MESSAGE_TOO_LARGE, found before they are all in memory
+    (:mod:`oncelog.broker.inflate`)."""
     data = bytes(data or b"")
     if len(data) <= _MAGIC_OFFSET:
         raise BadBatch(INVALID_RECORD if not data else CORRUPT_MESSAGE, "a record set without a whole batch")
@@ -281,6 +291,12 @@ def parse_produced(data: bytes | None) -> ProducedBatch:
         raise BadBatch(CORRUPT_MESSAGE, "a record batch failed its CRC check")
     if batch.is_control_batch:
         raise BadBatch(INVALID_RECORD, "a client may not write control batches")
+    codec = data[_ATTRIBUTES_OFFSET + 1] & _CODEC
+    if codec:
+        data = _inflated(data, codec, limit)
+        batch = RecordBatch(data)
+    elif len(data) - _BATCH_HEADER_SIZE > limit:
+        raise BadBatch(MESSAGE_TOO_LARGE, f"records of more than {limit} bytes in one request")
     rows = _columns(batch)
     if not rows.values:
         raise BadBatch(INVALID_RECORD, "a record batch without records")
@@ -291,7 +307,23 @@ def parse_produced(data: bytes | None) -> ProducedBatch:
         base_sequence=batch.base_sequence if idempotent else None,
         transactional=batch.is_transactional,
         records=rows,
+        size=len(data) - _BATCH_HEADER_SIZE,
     )
+
+
+def _inflated(data: bytes, codec: int, limit: int) -> bytes:
+    """The batch ``data`` (CRC checked) with its records decompressed and its codec bits cleared,
+    so aiokafka's reader never decompresses a stream itself, without a bound."""
+    try:
+        records = inflate(codec, memoryview(data)[_BATCH_HEADER_SIZE:], limit)
+    except TooLarge as exc:
+        raise BadBatch(MESSAGE_TOO_LARGE, f"records of more than {limit} bytes in one request ({exc})") from None
+    except (Corrupt, ValueError) as exc:
+        raise BadBatch(CORRUPT_MESSAGE, f"a record batch that does not decompress ({exc})") from None
+    header = bytearray(data[:_BATCH_HEADER_SIZE])
+    header[_ATTRIBUTES_OFFSET + 1] &= ~_CODEC & 0xFF
+    _LENGTH.pack_into(header, 8, _BATCH_HEADER_SIZE - _LOG_OVERHEAD + len(records))
+    return bytes(header) + records
 
 
 def _columns(batch: RecordBatch) -> RecordColumns:

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 from oncelog import errors
 from oncelog.broker.codec import (
+    MAX_REQUEST_BYTES,
     BadBatch,
     ProducedBatch,
     commit_marker,
@@ -227,10 +228,13 @@ class Handlers:
     async def produce(self, request: Any, response_class: Any) -> Any:
         codes: dict[tuple[str, int], int] = {}
         parsed: list[tuple[tuple[str, int], ProducedBatch]] = []
+        budget = MAX_REQUEST_BYTES  # for the request's records, decompressed, all partitions together
         for t in request.topic_data:
             for p in t.partition_data:
                 try:
-                    parsed.append(((t.name, p.index), parse_produced(p.records)))
+                    batch = parse_produced(p.records, budget)
+                    budget -= batch.size
+                    parsed.append(((t.name, p.index), batch))
                 except BadBatch as exc:
                     codes[(t.name, p.index)] = exc.code
                     logger.info("produce to %s-%s refused: %s", t.name, p.index, exc)

@@ -28,7 +28,14 @@ from oncelog import errors
 from oncelog.broker.acls import AclHandlers
 from oncelog.broker.admin import AdminHandlers
 from oncelog.broker.auth import PLAIN, Principals, parse_plain
-from oncelog.broker.codec import REQUEST_CLASSES, api_versions_refusal, decode_request, encode_response, peek
+from oncelog.broker.codec import (
+    MAX_REQUEST_BYTES,
+    REQUEST_CLASSES,
+    api_versions_refusal,
+    decode_request,
+    encode_response,
+    peek,
+)
 from oncelog.broker.common import API_RANGES, CLIENT_ID, PRINCIPAL_ENGINE, Database, Node
 from oncelog.broker.describe import DescribeHandlers
 from oncelog.broker.groups import GroupHandlers
@@ -43,9 +50,6 @@ __all__ = ["Broker", "Listener", "parse_listener", "serve_in_thread"]
 
 logger = logging.getLogger(__name__)
 
-#: The largest request accepted (Kafka's socket.request.max.bytes default): a bigger size prefix
-#: is a client speaking something else, and its connection is closed.
-MAX_REQUEST_BYTES = 100 * 1024 * 1024
 _SIZE = struct.Struct(">i")
 #: How long a TLS client may take to finish its handshake.
 _TLS_HANDSHAKE_TIMEOUT_S = 30.0
@@ -366,6 +370,7 @@ class Broker:
         try:
             while True:
                 (size,) = _SIZE.unpack(await reader.readexactly(4))
+                # A bigger size prefix is a client speaking something else: its connection is closed.
                 if not 0 < size <= MAX_REQUEST_BYTES:
                     logger.warning("closing %s: a request of %s bytes", peer, size)
                     return

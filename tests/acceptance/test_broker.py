@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import confluent_kafka as ck
+import cramjam
 import pytest
 import sqlalchemy as sa
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -676,6 +677,31 @@ def test_a_batch_that_does_not_decode_fails_only_its_own_partition(db_url: str, 
         wire.close()
     assert read_partition(db_url, TOPIC, 1) == []
     assert [r.value for r in read_partition(db_url, TOPIC, 2)] == [b"kept", b"after"]
+
+
+@pytest.mark.timeout(60)
+def test_a_compression_bomb_is_refused_as_too_large_and_the_rest_of_the_request_lands(db_url: str, broker: str) -> None:
+    """A hostile client signs a batch whose zstd stream inflates to 256 MiB of zeros from a few
+    kilobytes: the broker stops at the request's bound (100 MiB, Kafka's socket.request.max.bytes)
+    and answers that partition MESSAGE_TOO_LARGE; the request's other partition is appended (the
+    stream used to be decompressed whole, whatever it inflated to)."""
+    wire = _Wire(broker)
+    try:
+        ident = wire.init_producer_id()
+        header = bytearray(_batch(ident.producer_id, ident.producer_epoch, 0, [b"x"])[:61])
+        payload = bytes(cramjam.zstd.compress(bytes(256 << 20)))
+        header[22] |= 4  # zstd
+        struct.pack_into(">i", header, 8, 61 - 12 + len(payload))
+        bomb = header + payload
+        struct.pack_into(">I", bomb, 17, calc_crc32c(bytes(bomb[21:])))
+        good = _batch(ident.producer_id, ident.producer_epoch, 0, [b"kept"])
+        request = _produce_many({1: bytes(bomb), 2: good})
+        answers = {p.index: p.error_code for p in wire.call(request, ProduceResponse).responses[0].partition_responses}
+        assert answers == {1: 10, 2: 0}  # MESSAGE_TOO_LARGE, NONE
+    finally:
+        wire.close()
+    assert read_partition(db_url, TOPIC, 1) == []
+    assert [r.value for r in read_partition(db_url, TOPIC, 2)] == [b"kept"]
 
 
 @pytest.mark.timeout(60)

@@ -6,10 +6,14 @@ lose the request's other partitions."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import struct
+import tracemalloc
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+import cramjam
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,7 +24,7 @@ from kafka.record.util import calc_crc32c
 from oncelog.broker.codec import BadBatch, commit_marker, fetched_batches, parse_produced
 from oncelog.store.records import FetchedRecord, decode_headers
 
-CORRUPT_MESSAGE, INVALID_TIMESTAMP, INVALID_RECORD = 2, 32, 87
+CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, INVALID_TIMESTAMP, INVALID_RECORD = 2, 10, 32, 87
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 NOW_MS = 1_764_300_000_000
 
@@ -216,6 +220,86 @@ def test_signed_garbage_in_a_batch_is_refused_with_a_code_never_a_crash(
     try:
         batch = parse_produced(_resigned(data))
     except BadBatch as refused:
-        assert refused.code in (CORRUPT_MESSAGE, INVALID_TIMESTAMP, INVALID_RECORD)
+        assert refused.code in (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, INVALID_TIMESTAMP, INVALID_RECORD)
     else:
         assert len(batch.records.values) == len(batch.records.keys) == len(batch.records.timestamps or ())
+
+
+# --- what compressed records inflate to -----------------------------------------------------------
+#: Compressors of the records section, as a hostile client may use them (raw snappy, without the
+#: xerial framing kafka-python's builder writes).
+COMPRESS: dict[int, Callable[[bytes], bytes]] = {
+    1: lambda b: gzip.compress(b, compresslevel=1),
+    2: lambda b: bytes(cramjam.snappy.compress_raw(b)),
+    3: lambda b: bytes(cramjam.lz4.compress(b)),
+    4: lambda b: bytes(cramjam.zstd.compress(b)),
+}
+
+
+def _with_records(batch: bytes, payload: bytes, codec: int) -> bytes:
+    """``batch``'s header (its producer, its record count) around ``payload`` as its records
+    section, compressed with ``codec``, and signed."""
+    header = bytearray(batch[:61])
+    header[22] = (header[22] & ~0x07) | codec
+    struct.pack_into(">i", header, 8, 61 - 12 + len(payload))
+    return _resigned(header + payload)
+
+
+@pytest.mark.parametrize("codec", sorted(CODECS))
+def test_records_are_refused_past_the_limit_and_taken_up_to_it(codec: str) -> None:
+    """MESSAGE_TOO_LARGE one byte past what the records take decompressed; taken at exactly that."""
+    data = _batch([(None, b"a" * 10_000, [], NOW_MS)] * 50, codec=CODECS[codec])
+    size = parse_produced(data).size
+    assert size > 500_000
+    assert parse_produced(data, size).records.values == [b"a" * 10_000] * 50
+    with pytest.raises(BadBatch) as refused:
+        parse_produced(data, size - 1)
+    assert refused.value.code == MESSAGE_TOO_LARGE
+
+
+@pytest.mark.parametrize("codec", sorted(COMPRESS))
+def test_every_codec_a_client_may_use_is_read(codec: int) -> None:
+    plain = _batch(RECORDS)
+    batch = parse_produced(_with_records(plain, COMPRESS[codec](plain[61:]), codec))
+    assert batch.records.values == [r[1] for r in RECORDS]
+    assert batch.size == len(plain) - 61
+
+
+@pytest.mark.parametrize("codec", sorted(COMPRESS))
+def test_a_compression_bomb_is_refused_before_it_is_in_memory(codec: int) -> None:
+    """A hostile client signs 64 MiB of zeros compressed to a few kilobytes: refused as
+    MESSAGE_TOO_LARGE at the limit, having allocated about the limit, not the 64 MiB (the
+    decompression used to be whole, and unbounded)."""
+    bomb = _with_records(_batch(RECORDS[:1]), COMPRESS[codec](bytes(64 << 20)), codec)
+    assert len(bomb) < 4 << 20
+    tracemalloc.start()
+    try:
+        with pytest.raises(BadBatch) as refused:
+            parse_produced(bomb, 1 << 20)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert refused.value.code == MESSAGE_TOO_LARGE
+    assert peak < len(bomb) + (8 << 20), peak
+
+
+@pytest.mark.parametrize("codec", sorted(COMPRESS))
+def test_a_stream_cut_short_or_with_trailing_bytes_is_corrupt(codec: int) -> None:
+    plain = _batch(RECORDS)
+    packed = COMPRESS[codec](plain[61:])
+    for payload in (packed[: len(packed) // 2], packed + b"\x00" * 9):
+        assert _refusal(_with_records(plain, payload, codec)) == CORRUPT_MESSAGE
+
+
+@settings(database=None, max_examples=600, deadline=None)
+@given(codec=st.sampled_from(sorted(COMPRESS)), payload=st.binary(max_size=300), compressed=st.booleans())
+def test_any_signed_records_section_is_read_or_refused_with_a_code(
+    codec: int, payload: bytes, compressed: bool
+) -> None:
+    # Bytes of the client's choosing as the compressed stream, or a stream of them compressed:
+    # every decompressor's error, whatever its type, is a Kafka code.
+    data = _with_records(_batch(RECORDS[:1]), COMPRESS[codec](payload) if compressed else payload, codec)
+    try:
+        parse_produced(data, 1 << 16)
+    except BadBatch as refused:
+        assert refused.code in (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, INVALID_RECORD)
