@@ -251,6 +251,8 @@ MAX_REQUEST_BYTES = 100 * 1024 * 1024
 _OFFSET, _LENGTH, _ATTRIBUTES, _CRC = struct.Struct(">q"), struct.Struct(">i"), struct.Struct(">h"), struct.Struct(">I")
 _LOG_OVERHEAD, _MAGIC_OFFSET, _CRC_OFFSET, _ATTRIBUTES_OFFSET, _BATCH_HEADER_SIZE = 12, 16, 17, 21, 61
 _CONTROL, _CODEC = 0x20, 0x07
+#: The header's record count (int32) comes last, at byte 57.
+_COUNT_OFFSET = 57
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,7 +271,9 @@ class ProducedBatch:
 def parse_produced(data: bytes | None, limit: int = MAX_REQUEST_BYTES) -> ProducedBatch:
     """One partition's record set, which must be exactly one RecordBatch v2 (any codec), as
     Kafka's ProduceRequest.validateRecords requires from Produce v3 on: no batch, more than one or
-    another magic is INVALID_RECORD. So is a control batch, or one without records. A batch whose
+    another magic is INVALID_RECORD. So is a control batch, one without records, one whose last
+    offset delta does not match its count of records, or an idempotent one without a base
+    sequence (LogValidator.validateBatch). A batch whose
     length field does not fit the record set, a bad CRC or a record that does not decode is
     CORRUPT_MESSAGE (Kafka's readers drop a batch cut short; a producer never sends one, and
     dropping it here would acknowledge records that were not appended). Records that take more
@@ -291,6 +295,15 @@ def parse_produced(data: bytes | None, limit: int = MAX_REQUEST_BYTES) -> Produc
         raise BadBatch(CORRUPT_MESSAGE, "a record batch failed its CRC check")
     if batch.is_control_batch:
         raise BadBatch(INVALID_RECORD, "a client may not write control batches")
+    # Kafka's LogValidator.validateBatch for a client's batch: the offset range the header
+    # declares holds exactly its count of records, and an idempotent batch has a sequence.
+    count = _LENGTH.unpack_from(data, _COUNT_OFFSET)[0]
+    if count <= 0 or batch.last_offset_delta + 1 != count:
+        raise BadBatch(
+            INVALID_RECORD, f"a batch of {count} records whose last offset delta is {batch.last_offset_delta}"
+        )
+    if batch.producer_id >= 0 and batch.base_sequence < 0:
+        raise BadBatch(INVALID_RECORD, f"base sequence {batch.base_sequence} in producer {batch.producer_id}'s batch")
     codec = data[_ATTRIBUTES_OFFSET + 1] & _CODEC
     if codec:
         data = _inflated(data, codec, limit)

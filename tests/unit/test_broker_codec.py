@@ -188,6 +188,22 @@ def test_control_batches_and_batches_without_records_are_invalid() -> None:
     assert _refusal(_resigned(empty)) == INVALID_RECORD
 
 
+@pytest.mark.parametrize("delta", [-1, 0, 2, 4, 2**31 - 1])
+def test_a_last_offset_delta_that_does_not_match_the_count_is_invalid(delta: int) -> None:
+    """Kafka's LogValidator.validateBatch: the offsets the header spans hold its count of records
+    (4 here, so a delta of 3); any other delta is INVALID_RECORD, whatever the records decode to."""
+    data = bytearray(_batch(RECORDS))
+    assert struct.unpack_from(">i", data, 23)[0] == 3
+    struct.pack_into(">i", data, 23, delta)
+    assert _refusal(_resigned(data)) == INVALID_RECORD
+
+
+def test_an_idempotent_batch_without_a_sequence_is_invalid() -> None:
+    assert _refusal(_batch(RECORDS, producer=(7, 3, -1))) == INVALID_RECORD
+    plain = parse_produced(_batch(RECORDS, producer=(-1, -1, -1)))  # no producer id: no sequence needed
+    assert (plain.producer_id, plain.base_sequence) == (None, None)
+
+
 def test_a_header_key_the_log_cannot_hold_is_invalid() -> None:
     assert _refusal(_batch([(b"k", b"v", [("a\x00b", b"x")], NOW_MS)])) == INVALID_RECORD
 
