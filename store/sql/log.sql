@@ -156,10 +156,12 @@ BEGIN
     END IF;
 
     IF v_txn THEN
-        -- Lock 0: the transactions row (FOR UPDATE, in txn_check_v1): checks the producer id,
-        -- epoch, transaction number and timeout, and opens transaction N after N-1. An epoch bump
-        -- or a commit takes the same lock, so none can interleave with this append.
-        PERFORM txn_check_v1(p_transactional_id, p_producer_id, p_producer_epoch, p_txn_number, true);
+        -- Lock 0: the transactions row (txn_check_v2: FOR SHARE when the transaction is open, so
+        -- its appends to other partitions run beside this one; FOR UPDATE when this append opens
+        -- it): checks the producer id, epoch, transaction number and timeout, and opens
+        -- transaction N after N-1. An epoch bump or a commit takes the row FOR UPDATE, so none
+        -- can interleave with this append.
+        PERFORM txn_check_v2(p_transactional_id, p_producer_id, p_producer_epoch, p_txn_number, true, true);
         IF NOT EXISTS (SELECT 1 FROM partitions pt WHERE pt.topic_id = v_topic_id AND pt.partition = p_partition) THEN
             RAISE EXCEPTION USING ERRCODE = 'OL101',
                 MESSAGE = format('unknown partition %s of topic %L', p_partition, p_topic);
@@ -1106,7 +1108,9 @@ BEGIN
         IF (SELECT acl_settings.enforce FROM acl_settings) THEN
             PERFORM acl_require_v1('transactional_id', ARRAY[p_transactional_id], 'write');
         END IF;
-        PERFORM txn_check_v1(p_transactional_id, p_producer_id, p_producer_epoch, p_txn_number, true);
+        -- An append: FOR SHARE when the transaction is open (txn_check_v2); nothing here or in
+        -- append_batches_v2 and produce_v2 below updates the row.
+        PERFORM txn_check_v2(p_transactional_id, p_producer_id, p_producer_epoch, p_txn_number, true, true);
     END IF;
     IF p_producer_id IS NOT NULL THEN
         -- The caller's own producer row only (revision 0017): another principal's is never locked.

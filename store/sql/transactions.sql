@@ -301,11 +301,44 @@ CREATE OR REPLACE FUNCTION txn_check_v1(p_transactional_id text, p_producer_id b
  LANGUAGE plpgsql
  SET search_path FROM CURRENT
 AS $fn$
+BEGIN
+    RETURN txn_check_v2(p_transactional_id, p_producer_id, p_epoch, p_txn_number, p_begin, false);
+END
+$fn$;
+COMMENT ON FUNCTION txn_check_v1(p_transactional_id text, p_producer_id bigint, p_epoch smallint, p_txn_number bigint, p_begin boolean) IS
+  'Internal: txn_check_v2 with the transactions row always FOR UPDATE.';
+
+CREATE OR REPLACE FUNCTION txn_check_v2(p_transactional_id text, p_producer_id bigint, p_epoch smallint, p_txn_number bigint, p_begin boolean, p_append boolean)
+ RETURNS transactions
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+AS $fn$
+-- The transactions row's lock, the first of the documented order (docs/design.md). Every call
+-- that changes the row (opens, completes, aborts or fences a transaction, bumps the epoch) holds
+-- it FOR UPDATE. An append (p_append, revision 0039) changes nothing in it: to a transaction
+-- already open it takes the row FOR SHARE, so that appends of one transaction to different
+-- partitions run side by side (a commit, an abort, a bump and expiry still wait for every one of
+-- them, and none of them can start while one of those holds the row). An append that may open
+-- the transaction takes FOR UPDATE as before. Which lock to take is read first without one: a
+-- transaction's number only grows, so a row seen open with this number is either still so under
+-- the shared lock, or has moved on, and the checks below then refuse the append as they would
+-- under FOR UPDATE. A caller that holds the row FOR SHARE never asks for FOR UPDATE on it
+-- afterwards in the same database transaction: two such callers would deadlock.
 DECLARE
     t transactions%ROWTYPE;
     pr producers%ROWTYPE;
+    v_shared boolean := false;
 BEGIN
-    SELECT * INTO t FROM transactions x WHERE x.transactional_id = p_transactional_id FOR UPDATE;
+    IF p_append THEN
+        SELECT x.state = 'Ongoing' AND x.txn_number = p_txn_number INTO v_shared
+        FROM transactions x WHERE x.transactional_id = p_transactional_id;
+        v_shared := coalesce(v_shared, false);
+    END IF;
+    IF v_shared THEN
+        SELECT * INTO t FROM transactions x WHERE x.transactional_id = p_transactional_id FOR SHARE;
+    ELSE
+        SELECT * INTO t FROM transactions x WHERE x.transactional_id = p_transactional_id FOR UPDATE;
+    END IF;
     IF NOT FOUND OR t.state = 'Dead' OR t.producer_id IS DISTINCT FROM p_producer_id THEN
         RAISE EXCEPTION USING ERRCODE = 'OL302',
             MESSAGE = format('producer id %s does not serve transactional id %L (expired or replaced)',
@@ -338,7 +371,9 @@ BEGIN
         END IF;
         RETURN t;
     END IF;
-    IF p_begin AND t.txn_number = p_txn_number - 1 THEN
+    -- Opening needs the row FOR UPDATE; under the shared lock it cannot be due (the row was seen
+    -- open with this number, and numbers only grow), so a shared call never reaches the UPDATE.
+    IF p_begin AND NOT v_shared AND t.txn_number = p_txn_number - 1 THEN
         UPDATE transactions x SET state = 'Ongoing', txn_number = p_txn_number, txn_started_at = now()
         WHERE x.transactional_id = p_transactional_id
         RETURNING * INTO t;
@@ -349,8 +384,8 @@ BEGIN
                          p_transactional_id, p_txn_number, t.txn_number, t.state);
 END
 $fn$;
-COMMENT ON FUNCTION txn_check_v1(p_transactional_id text, p_producer_id bigint, p_epoch smallint, p_txn_number bigint, p_begin boolean) IS
-  'Internal: locks and validates a transactional call (producer id, epoch, transaction number, timeout); opens transaction N after N-1 when asked.';
+COMMENT ON FUNCTION txn_check_v2(p_transactional_id text, p_producer_id bigint, p_epoch smallint, p_txn_number bigint, p_begin boolean, p_append boolean) IS
+  'Internal: locks and validates a transactional call (producer id, epoch, transaction number, timeout); opens transaction N after N-1 when asked. The transactions row is held FOR UPDATE, or FOR SHARE for an append (p_append) to a transaction already open, so that one transaction''s appends to different partitions run side by side.';
 
 CREATE OR REPLACE FUNCTION txn_owner_check_v1(p_transactional_id text, p_owner oid)
  RETURNS void
