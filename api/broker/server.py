@@ -2,8 +2,8 @@
 
 Each connection's requests are answered in the order they came (Kafka's rule: a client pipelines
 requests on a connection and matches answers by order and correlation id). They run one at a
-time, except Produce requests outside a transaction for different partitions, which are appended
-side by side (see ``Broker._serve``). The store's calls run on a thread pool; the event loop only
+time, except Produce requests for different partitions (in a transaction or not), which are
+appended side by side (see ``Broker._serve``). The store's calls run on a thread pool; the event loop only
 reads, decodes, encodes and writes.
 """
 
@@ -282,10 +282,10 @@ class Broker:
         """One connection: a task reads its requests ahead, this one starts answering them in
         order, and a third writes the answers in that same order.
 
-        Produce requests outside a transaction for partitions no earlier request still being
-        appended names are appended at once (up to _SIDE_BY_SIDE of them), each on a database
-        connection of its own: librdkafka keeps five in flight, one partition each, and the store
-        takes one producer's appends to different partitions side by side. Every other request
+        Produce requests for partitions no earlier request still being appended names are
+        appended at once (up to _SIDE_BY_SIDE of them), each on a database connection of its
+        own: librdkafka keeps five in flight, one partition each, and the store takes one
+        producer's appends to different partitions side by side, in one transaction or not. Every other request
         waits until all before it are answered, and runs in this task, so it sees what they wrote
         and what it sets in the connection's context (its SASL principal) holds for the requests
         after it.
@@ -466,10 +466,11 @@ class _Request:
 
 
 def _side_by_side(decoded: _Request) -> bool:
-    """Whether ``decoded`` may be appended beside the requests before it: a Produce outside a
-    transaction (a transactional producer's appends queue on its transaction's row in any case,
-    and its EndTxn must follow them)."""
-    return decoded.api_key == _PRODUCE and decoded.request.transactional_id is None
+    """Whether ``decoded`` may be appended beside the requests before it: a Produce, in a
+    transaction or not (the store lets one transaction's appends to different partitions share
+    its transactions row, revision 0039; its AddPartitionsToTxn before them and its EndTxn after
+    them run alone, so each still sees what came before it)."""
+    return decoded.api_key == _PRODUCE
 
 
 def _partitions(request: Any) -> list[tuple[str, int]]:

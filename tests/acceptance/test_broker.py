@@ -50,6 +50,8 @@ from kafka.protocol.consumer import (
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.producer import (
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
     EndTxnRequest,
     EndTxnResponse,
     InitProducerIdRequest,
@@ -1111,6 +1113,63 @@ def test_kafka_python_consume_transform_produce_commits_offsets_with_the_output(
     with engine.connect() as conn:
         committed = groups.offset_fetch(conn, group_id="copier", partitions=[(TOPIC, p) for p in range(PARTITIONS)])
     assert sum(c.offset or 0 for c in committed.values()) == 20
+
+
+@pytest.mark.timeout(60)
+def test_a_pipelined_transaction_appends_its_partitions_side_by_side_and_commits_after_them(
+    db_url: str, broker: str
+) -> None:
+    """A transactional client sends AddPartitionsToTxn, a Produce per partition and EndTxn in one
+    write, as librdkafka does with its requests in flight: the appends run side by side (they
+    share the transaction's row, migration 0039), and EndTxn is answered only after all of them,
+    so the commit holds every record. Three transactions in a row, their sequences following."""
+    wire = _Wire(broker)
+    tid = "tx-pipelined"
+    try:
+        ident = wire.call(
+            InitProducerIdRequest(version=4, transactional_id=tid, transaction_timeout_ms=60_000),
+            InitProducerIdResponse,
+        )
+        assert ident.error_code == 0
+        pid, epoch = ident.producer_id, ident.producer_epoch
+        add = AddPartitionsToTxnRequest(
+            version=3,
+            v3_and_below_transactional_id=tid,
+            v3_and_below_producer_id=pid,
+            v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=[
+                AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=TOPIC, partitions=list(range(PARTITIONS)))
+            ],
+        )
+        end = EndTxnRequest(version=3, transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=True)
+        for n in range(3):
+            produces = [
+                _produce_request(
+                    _batch(pid, epoch, 2 * n, [b"t%d-p%d-%d" % (n, p, i) for i in range(2)], transactional=True),
+                    partition=p,
+                    transactional_id=tid,
+                )
+                for p in range(PARTITIONS)
+            ]
+            wire.send(add, *produces, end)
+            added = wire.answer(AddPartitionsToTxnResponse, 3)[1].results_by_topic_v3_and_below
+            assert [r.partition_error_code for t in added for r in t.results_by_partition] == [0] * PARTITIONS
+            for p in range(PARTITIONS):
+                (answer,) = wire.answer(ProduceResponse, 9)[1].responses[0].partition_responses
+                assert (answer.index, answer.error_code) == (p, 0)
+            assert wire.answer(EndTxnResponse, 3)[1].error_code == 0
+    finally:
+        wire.close()
+    engine = create_engine(db_url, poolclass=sa.NullPool)
+    try:
+        with engine.connect() as conn:  # read_committed; the commit markers take offsets of their own
+            fetched = log.fetch_many(conn, {(TOPIC, p): 0 for p in range(PARTITIONS)}, max_records=1000)
+    finally:
+        engine.dispose()
+    for p in range(PARTITIONS):
+        assert [r.value for r in fetched[(TOPIC, p)].records] == [
+            b"t%d-p%d-%d" % (n, p, i) for n in range(3) for i in range(2)
+        ]
 
 
 @pytest.mark.timeout(60)
