@@ -133,6 +133,7 @@ REVOKE ALL ON FUNCTION topic_config_v1(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION topic_config_v1(jsonb) TO oncelog_admin;
 REVOKE ALL ON FUNCTION txn_check_v1(text, bigint, smallint, bigint, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION txn_check_v2(text, bigint, smallint, bigint, boolean, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION txn_gate_v1(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION txn_complete_v1(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION txn_fence_abort_v1(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION txn_history_guard_v1() FROM PUBLIC;

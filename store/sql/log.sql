@@ -162,13 +162,6 @@ BEGIN
         -- transaction N after N-1. An epoch bump or a commit takes the row FOR UPDATE, so none
         -- can interleave with this append.
         PERFORM txn_check_v2(p_transactional_id, p_producer_id, p_producer_epoch, p_txn_number, true, true);
-        IF NOT EXISTS (SELECT 1 FROM partitions pt WHERE pt.topic_id = v_topic_id AND pt.partition = p_partition) THEN
-            RAISE EXCEPTION USING ERRCODE = 'OL101',
-                MESSAGE = format('unknown partition %s of topic %L', p_partition, p_topic);
-        END IF;
-        INSERT INTO txn_partitions (transactional_id, topic_id, partition)
-        VALUES (p_transactional_id, v_topic_id, p_partition)
-        ON CONFLICT DO NOTHING;
     END IF;
 
     IF p_producer_id IS NOT NULL THEN
@@ -211,6 +204,14 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'OL101',
             MESSAGE = format('unknown partition %s of topic %L', p_partition, p_topic);
+    END IF;
+    IF v_txn THEN
+        -- The partition joins the transaction under its lock (revision 0039: before, this came
+        -- before the lock, which two appends sharing the transactions row could take in opposite
+        -- orders with produce_batches_v1, which locks its partitions first: a deadlock).
+        INSERT INTO txn_partitions (transactional_id, topic_id, partition)
+        VALUES (p_transactional_id, v_topic_id, p_partition)
+        ON CONFLICT DO NOTHING;
     END IF;
 
     IF p_producer_id IS NOT NULL THEN
@@ -313,6 +314,7 @@ BEGIN
     -- then reads the row as the original left it: committed, so it is answered as a retry.
     -- Before 0017 it read the row unlocked, saw the transaction still open, went on to append and
     -- got INVALID_TXN_STATE for a transaction that had committed.
+    PERFORM txn_gate_v1(p_transactional_id, false);
     SELECT * INTO t FROM transactions x WHERE x.transactional_id = p_transactional_id FOR UPDATE;
     IF FOUND AND t.producer_id = p_producer_id AND t.txn_number = p_txn_number AND t.state = 'CompleteCommit' THEN
         -- A retry of a call that committed. end_txn_v1 re-checks the owner and the epoch under
@@ -413,6 +415,7 @@ BEGIN
     END IF;
     -- Lock 0, the transactions row, before deciding anything: a retry that overlaps the original
     -- call waits here for it, then reads the row as the original left it.
+    PERFORM txn_gate_v1(p_transactional_id, false);
     SELECT * INTO t FROM transactions x WHERE x.transactional_id = p_transactional_id FOR UPDATE;
     IF FOUND AND t.producer_id = p_producer_id AND t.txn_number = p_txn_number AND t.state = 'CompleteCommit' THEN
         -- A retry of a call that committed. end_txn_v1 re-checks the owner and the epoch under the
@@ -1099,8 +1102,8 @@ BEGIN
                       'and timestamps given';
     END IF;
     -- The documented lock order (docs/design.md), every lock before the first append: the
-    -- transactions row (txn_check_v1 checks the producer id, epoch and transaction number under
-    -- it, and opens the transaction), the producer row, then every partition of the request in
+    -- transactions row (txn_check_v2 checks the producer id, epoch and transaction number under
+    -- it, and opens the transaction; FOR SHARE once it is open, revision 0039), the producer row, then every partition of the request in
     -- (topic_id, partition) order; produce_v2 then takes each sequence state. Taking the
     -- partitions up front, sorted, is what lets one database transaction append to many of them
     -- without deadlocking against another request that names them in another order.
@@ -1235,7 +1238,7 @@ AS $fn$
 -- in a 10-record commit; the plans do not depend on the lengths.
 --
 -- The caller holds, in the documented order, the transactions row (transactional requests: the
--- transaction open through txn_check_v1, or with p_commit as below) and every partition of the
+-- transaction open through txn_check_v2, held FOR SHARE once open, or with p_commit as below) and every partition of the
 -- batches FOR NO KEY UPDATE, and has checked the request's shape: as many partitions, base
 -- sequences and counts as topics, counts >= 1 that add up to the keys, values, headers and
 -- timestamps given.

@@ -33,6 +33,7 @@ BEGIN
     IF (p_producer_id IS NULL) <> (p_epoch IS NULL) THEN
         RAISE EXCEPTION USING ERRCODE = 'OL000', MESSAGE = 'give both the producer id and its epoch, or neither';
     END IF;
+    PERFORM txn_gate_v1(p_transactional_id, false);
     LOOP
         SELECT * INTO t FROM transactions x WHERE x.transactional_id = p_transactional_id FOR UPDATE;
         EXIT WHEN FOUND;
@@ -201,6 +202,7 @@ BEGIN
     IF p_commit IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'OL000', MESSAGE = 'commit or abort?';
     END IF;
+    PERFORM txn_gate_v1(p_transactional_id, false);
     SELECT * INTO t FROM transactions x WHERE x.transactional_id = p_transactional_id FOR UPDATE;
     IF NOT FOUND OR t.state = 'Dead' OR t.producer_id IS DISTINCT FROM p_producer_id THEN
         RAISE EXCEPTION USING ERRCODE = 'OL302',
@@ -280,6 +282,7 @@ AS $fn$
 DECLARE
     t transactions%ROWTYPE;
 BEGIN
+    PERFORM txn_gate_v1(p_transactional_id, false);
     SELECT * INTO t FROM transactions x WHERE x.transactional_id = p_transactional_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'OL308', MESSAGE = format('no transactional id %L', p_transactional_id);
@@ -295,6 +298,30 @@ END
 $fn$;
 COMMENT ON FUNCTION abort_transaction_v1(p_transactional_id text) IS
   'Operator abort of an open (hanging) transaction: fences its producer and aborts it, updating the coordinator state (Kafka''s tool only writes a marker).';
+
+CREATE OR REPLACE FUNCTION txn_gate_v1(p_transactional_id text, p_shared boolean)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+AS $fn$
+BEGIN
+    -- The gate in front of a transactional id's transactions row (revision 0039), taken just
+    -- before the row: shared by appends, which hold the row FOR SHARE, exclusive by every call
+    -- that waits for it FOR UPDATE. PostgreSQL grants a row's FOR SHARE at once while only share
+    -- locks are held, even to a session that comes after a FOR UPDATE already waiting, so
+    -- overlapping appends (a zombie's, or a stranger's refused ones) could hold a commit, an
+    -- abort or a fence off without end. A heavyweight lock queues: a shared request that comes
+    -- after a waiting exclusive one waits behind it. Keyed by the id's hash (another id with the
+    -- same hash only shares the queue), in a class of its own so no other advisory lock meets it.
+    IF p_shared THEN
+        PERFORM pg_advisory_xact_lock_shared(1869375329, hashtext(p_transactional_id));
+    ELSE
+        PERFORM pg_advisory_xact_lock(1869375329, hashtext(p_transactional_id));
+    END IF;
+END
+$fn$;
+COMMENT ON FUNCTION txn_gate_v1(p_transactional_id text, p_shared boolean) IS
+  'Internal: the queue in front of a transactional id''s transactions row, taken just before it: shared by appends, exclusive by every call that waits for the row FOR UPDATE, so that appends cannot hold a commit, an abort or a fence off without end.';
 
 CREATE OR REPLACE FUNCTION txn_check_v1(p_transactional_id text, p_producer_id bigint, p_epoch smallint, p_txn_number bigint, p_begin boolean)
  RETURNS transactions
@@ -317,8 +344,10 @@ AS $fn$
 -- that changes the row (opens, completes, aborts or fences a transaction, bumps the epoch) holds
 -- it FOR UPDATE. An append (p_append, revision 0039) changes nothing in it: to a transaction
 -- already open it takes the row FOR SHARE, so that appends of one transaction to different
--- partitions run side by side (a commit, an abort, a bump and expiry still wait for every one of
--- them, and none of them can start while one of those holds the row). An append that may open
+-- partitions run side by side (a commit, an abort and a bump still wait for every one of them,
+-- expiry skips the row while they hold it, and none of them can start while one of those holds
+-- the row; txn_gate_v1 keeps a stream of appends from holding them off for good). An append that
+-- may open
 -- the transaction takes FOR UPDATE as before. Which lock to take is read first without one: a
 -- transaction's number only grows, so a row seen open with this number is either still so under
 -- the shared lock, or has moved on, and the checks below then refuse the append as they would
@@ -334,6 +363,7 @@ BEGIN
         FROM transactions x WHERE x.transactional_id = p_transactional_id;
         v_shared := coalesce(v_shared, false);
     END IF;
+    PERFORM txn_gate_v1(p_transactional_id, v_shared);
     IF v_shared THEN
         SELECT * INTO t FROM transactions x WHERE x.transactional_id = p_transactional_id FOR SHARE;
     ELSE

@@ -8,8 +8,9 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import pytest
@@ -23,6 +24,8 @@ from tests.support.roles import Principal, enforce_acls
 TOPIC = "shared"
 PARTITIONS = 4
 TID = "tx-shared"
+#: How long each append of the stream test holds its database transaction open, in seconds.
+HOLD_S = 0.2
 
 
 @pytest.fixture
@@ -108,6 +111,26 @@ def _waits_on_a_lock(engine: sa.Engine, user: str) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+def _at_once(calls: Sequence[Callable[[], Any]]) -> list[Any]:
+    """Each call's result (or exception), the calls started together on threads of their own."""
+    start = threading.Barrier(len(calls))
+    out: list[Any] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        start.wait()
+        try:
+            out[i] = calls[i]()
+        except BaseException as exc:  # handed to the test
+            out[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    return out
 
 
 def _in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
@@ -238,6 +261,146 @@ def test_appends_racing_their_commit_are_in_it_or_refused_and_never_deadlock(
     assert unexpected == []
     assert _committed(engine) == expected
     assert 0 < refused < rounds * PARTITIONS  # both outcomes were met
+    with engine.connect() as conn:
+        deadlocks = conn.exec_driver_sql(
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+        ).scalar_one()
+    assert deadlocks == deadlocks_before
+
+
+def test_a_stream_of_appends_cannot_hold_a_commit_off(client: Principal, engine: sa.Engine) -> None:
+    """Appends that overlap without a gap must not keep a commit waiting. Four threads each hold
+    an append's database transaction open for HOLD_S, one after another, started apart, so that
+    some append holds the row FOR SHARE nearly all the time (as a client that sends BEGIN and
+    waits can). PostgreSQL grants a row's FOR SHARE at once while only share locks are held, even
+    after a FOR UPDATE began to wait: without txn_gate_v1 (migration 0040) appends asked for after
+    the commit began to wait went ahead of it (the commit took 2.6 s here, and a luckier stream
+    holds it off longer). With the gate they queue behind it: every append asked for once the
+    commit waits is refused, what came before it is committed, and the commit comes through while
+    the appenders still go."""
+    t = _Txn(client)
+    t.open()
+    stop = threading.Event()
+    flowing = threading.Barrier(PARTITIONS + 1)
+    acknowledged: dict[int, list[tuple[float, bytes]]] = {p: [] for p in range(PARTITIONS)}
+    unexpected: list[BaseException] = []
+
+    def appender(p: int) -> None:
+        n = 0
+        time.sleep(HOLD_S / PARTITIONS * p)  # staggered: the four holds overlap
+        with client.engine.connect().execution_options(isolation_level="READ COMMITTED") as conn:
+            while not stop.is_set():
+                asked = time.monotonic()
+                try:
+                    with conn.begin():
+                        answer = t.append(conn, p, f"s{p}-{n}")
+                        time.sleep(HOLD_S)
+                except BaseException as exc:  # handed to the test
+                    unexpected.append(exc)
+                    return
+                if isinstance(answer, ProduceResult):
+                    acknowledged[p] += [(asked, f"s{p}-{n}-{i}".encode()) for i in range(2)]
+                elif not isinstance(answer, errors.InvalidTxnStateError):
+                    unexpected.append(answer)
+                    return
+                n += 1
+                if n == 3:
+                    flowing.wait(30)
+
+    threads = [threading.Thread(target=appender, args=(p,)) for p in range(PARTITIONS)]
+    for th in threads:
+        th.start()
+    try:
+        flowing.wait(30)  # every appender is appending
+        with client.engine.connect() as conn:
+            pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+            committer, out = _in_thread(lambda: t.end(conn, commit=True))
+            waiting_since = _lock_wait_seen(engine, pid)
+            committer.join(60)
+        assert not committer.is_alive(), "the commit was held off by the appends"
+        assert out == ["committed"]
+        assert all(th.is_alive() for th in threads), unexpected  # still appending, refused now
+    finally:
+        stop.set()
+        for th in threads:
+            th.join(30)
+    assert unexpected == []
+    jumped = [v for p in range(PARTITIONS) for asked, v in acknowledged[p] if asked > waiting_since]
+    assert jumped == [], "appends asked for after the commit began to wait went ahead of it"
+    assert _committed(engine) == {p: [v for _, v in acknowledged[p]] for p in range(PARTITIONS)}
+
+
+def _lock_wait_seen(engine: sa.Engine, pid: int) -> float:
+    """The monotonic time at which backend ``pid`` was first seen waiting for a lock (20 s at most)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with engine.connect() as conn:
+            event = conn.exec_driver_sql(
+                "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %(pid)s", {"pid": pid}
+            ).scalar()
+        if event == "Lock":
+            return time.monotonic()
+        time.sleep(0.005)
+    raise AssertionError(f"backend {pid} never waited for a lock")
+
+
+def test_appends_joining_a_partition_to_their_transaction_never_deadlock(client: Principal, engine: sa.Engine) -> None:
+    """Appends of one transaction to partitions it has not added yet (no AddPartitionsToTxn for
+    them), one a request of two batches (produce_batches_v1: its partitions locked first), the
+    others of one batch each (produce_v2), racing 150 times. Sharing the transactions row, they
+    used to take a partition's lock and its txn_partitions row in opposite orders (a deadlock);
+    now each joins the partition under its lock. One of the appends to a partition lands in each
+    round (the others are out of sequence); no call meets any other error."""
+    t = _Txn(client)
+    with engine.connect() as conn:
+        deadlocks_before = conn.exec_driver_sql(
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+        ).scalar_one()
+    identity = {"producer_id": t.producer_id, "producer_epoch": t.epoch, "transactional_id": TID}
+    expected: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
+    unexpected: list[Any] = []
+    connections = [client.engine.connect() for _ in range(3)]
+    try:
+        for round_ in range(150):
+            t.number += 1
+            client.call(
+                txn.add_partitions_to_txn,
+                transactional_id=TID,
+                producer_id=t.producer_id,
+                epoch=t.epoch,
+                txn_number=t.number,
+                partitions=[(TOPIC, 0)],
+            )
+            # Different record counts: a loser is out of sequence, never taken for a retry.
+            requests = [[(1, 2), (2, 2)], [(2, 3)], [(1, 4)]]  # (partition, records) per batch
+            calls = [
+                partial(
+                    log.produce_batches,
+                    connections[i],
+                    batches=[
+                        ProduceBatch(TOPIC, p, t.sequences[p], _records(f"j{round_}r{i}p{p}", n)) for p, n in request
+                    ],
+                    **identity,
+                    txn_number=t.number,
+                )
+                for i, request in enumerate(requests)
+            ]
+            answers = _at_once(calls)
+            for i, request in enumerate(requests):
+                results = answers[i] if isinstance(answers[i], list) else [answers[i]] * len(request)
+                for (p, n), result in zip(request, results, strict=True):
+                    if isinstance(result, ProduceResult) and not result.duplicate:
+                        expected[p] += [f"j{round_}r{i}p{p}-{k}".encode() for k in range(n)]
+                        t.sequences[p] += n
+                    elif not isinstance(result, errors.OutOfOrderSequenceError):
+                        unexpected.append((round_, i, result))
+            with client.engine.connect() as conn:
+                assert t.end(conn, commit=True) == "committed"
+    finally:
+        for conn in connections:
+            conn.close()
+    assert unexpected == []
+    assert _committed(engine) == expected
     with engine.connect() as conn:
         deadlocks = conn.exec_driver_sql(
             "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
