@@ -3,6 +3,7 @@ errors, and this broker's address."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 from collections.abc import Callable, Iterator
@@ -19,10 +20,12 @@ __all__ = [
     "CLIENT_ID",
     "CLUSTER_AUTHORIZATION_FAILED",
     "ERROR_CODES",
+    "FETCH_AHEAD",
     "INVALID_REQUEST",
     "NONE",
     "UNKNOWN_TOPIC_OR_PARTITION",
     "Database",
+    "FetchAhead",
     "Node",
     "admin_error_code",
     "commit_answer",
@@ -192,6 +195,35 @@ CLIENT_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("oncelog_
 #: The engine of the principal the current connection authenticated as (SASL); None: the broker's own.
 PRINCIPAL_ENGINE: contextvars.ContextVar[sa.Engine | None] = contextvars.ContextVar(
     "oncelog_broker_principal_engine", default=None
+)
+
+
+class FetchAhead:
+    """One connection's fetch read ahead: the request it answers (positions, budgets, isolation)
+    and the task reading it. Set per connection in :data:`FETCH_AHEAD`."""
+
+    def __init__(self) -> None:
+        self.key: tuple[frozenset[Any], frozenset[Any], bool] | None = None
+        self.task: asyncio.Future[Any] | None = None
+
+    def take(self, key: tuple[frozenset[Any], frozenset[Any], bool]) -> asyncio.Future[Any] | None:
+        """The read ahead if it is for ``key``; either way the connection holds none after."""
+        task, self.task = self.task, None
+        if task is not None and self.key != key:
+            task.cancel()
+            return None
+        return task
+
+    def cancel(self) -> None:
+        """The connection ends: drop what is read ahead (a store call under way completes)."""
+        if self.task is not None:
+            self.task.cancel()
+            self.task = None
+
+
+#: The current connection's :class:`FetchAhead`; None outside a connection (no read ahead).
+FETCH_AHEAD: contextvars.ContextVar[FetchAhead | None] = contextvars.ContextVar(
+    "oncelog_broker_fetch_ahead", default=None
 )
 
 

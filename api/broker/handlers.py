@@ -31,10 +31,12 @@ from oncelog.broker.codec import (
 )
 from oncelog.broker.common import (
     API_RANGES,
+    FETCH_AHEAD,
     INVALID_REQUEST,
     NONE,
     UNKNOWN_TOPIC_OR_PARTITION,
     Database,
+    FetchAhead,
     Node,
     error_code,
 )
@@ -450,14 +452,23 @@ class Handlers:
             for p in t.partitions:
                 positions[(t.topic, p.partition)] = p.fetch_offset
                 budgets[(t.topic, p.partition)] = p.partition_max_bytes
+        ahead = FETCH_AHEAD.get()
+        read = await self._read_ahead(ahead, positions, budgets, committed)
         deadline = time.monotonic() + min(max(request.max_wait_ms, 0) / 1000, _FETCH_MAX_WAIT_S)
         pause = _FETCH_POLL_S[0]
-        while True:
-            fetched = await self._run(self._fetch, positions, budgets, committed)
-            if any(body for _, _, body in fetched.values()) or time.monotonic() >= deadline:
+        while read is None:
+            answer, after = await self._run(self._fetch, positions, budgets, committed)
+            if any(body for _, _, body in answer.values()) or time.monotonic() >= deadline:
+                read = answer, after
                 break
             await asyncio.sleep(min(pause, max(deadline - time.monotonic(), 0)))
             pause = min(pause * 2, _FETCH_POLL_S[1])
+        fetched, following = read
+        if ahead is not None and any(body for _, _, body in fetched.values()):
+            # The next Fetch of a reader that is catching up asks for what follows this answer:
+            # read it now, while this answer travels and the client takes it in.
+            ahead.key = _fetch_key(following, budgets, committed)
+            ahead.task = asyncio.ensure_future(self._run(self._fetch, following, budgets, committed))
         partition_class = response_class.FetchableTopicResponse.PartitionData
 
         def partition(topic: str, p: Any) -> Any:
@@ -484,10 +495,34 @@ class Handlers:
             ],
         )
 
+    async def _read_ahead(
+        self,
+        ahead: FetchAhead | None,
+        positions: dict[tuple[str, int], int],
+        budgets: dict[tuple[str, int], int],
+        committed: bool,
+    ) -> tuple[_Answer, dict[tuple[str, int], int]] | None:
+        """The connection's read ahead, when it was for this very request and found records and
+        no error; else None (the request is read afresh). Records read a moment ago are still
+        there to be read: committed ones stay committed, and an answer may always hold fewer
+        records than the log has by now (the next Fetch gets the rest)."""
+        task = None if ahead is None else ahead.take(_fetch_key(positions, budgets, committed))
+        if task is None:
+            return None
+        try:
+            answer, following = await task
+        except Exception:  # the read failed: read afresh, which reports the error itself
+            logger.debug("a fetch read ahead failed", exc_info=True)
+            return None
+        if any(code != NONE for code, _, _ in answer.values()) or not any(body for _, _, body in answer.values()):
+            return None
+        return answer, following
+
     def _fetch(
         self, positions: dict[tuple[str, int], int], budgets: dict[tuple[str, int], int], committed: bool
-    ) -> dict[tuple[str, int], tuple[int, PartitionFetch[FetchedRecord] | None, bytes]]:
-        """Per partition: (error code, what the store saw, the record set to send)."""
+    ) -> tuple[_Answer, dict[tuple[str, int], int]]:
+        """Per partition: (error code, what the store saw, the record set to send); and the
+        positions that follow what is sent (a reader's next fetch, if it takes it all)."""
         most = max(1, min(_FETCH_MAX_RECORDS, max(budgets.values(), default=0) // 1024))
         try:
             with self._db.connect() as conn:
@@ -495,8 +530,9 @@ class Handlers:
                 if any(f.expired_transaction for f in seen.values()) and txn.expire_transactions(conn):
                     seen = log.fetch_many(conn, positions, max_records=most, read_committed=committed)
         except errors.OncelogError as exc:
-            return {tp: (error_code(exc), None, b"") for tp in positions}
-        out: dict[tuple[str, int], tuple[int, PartitionFetch[FetchedRecord] | None, bytes]] = {}
+            return {tp: (error_code(exc), None, b"") for tp in positions}, dict(positions)
+        out: _Answer = {}
+        following = dict(positions)
         for tp, position in positions.items():
             f = seen.get(tp)
             if f is None or f.error is not None:
@@ -506,16 +542,29 @@ class Handlers:
             records = _within(f.records, budgets[tp])
             if records:
                 body = fetched_batches(records)
+                following[tp] = records[-1].offset + 1
             elif f.read_limit is not None and f.read_limit > position:
                 # Nothing this reader may see lies below the read's limit (commit markers, aborted
                 # records): a marker at the last of those offsets moves the reader past them, as
                 # Kafka's markers do. Only when nothing was returned: with records, the limit may
                 # lie past records the record cap left for the next fetch.
                 body = commit_marker(f.read_limit - 1, int(time.time() * 1000))
+                following[tp] = f.read_limit
             else:
                 body = b""
             out[tp] = (NONE, f, body)
-        return out
+        return out, following
+
+
+#: A Fetch's answer per partition: (error code, what the store saw, the record set to send).
+_Answer = dict[tuple[str, int], tuple[int, PartitionFetch[FetchedRecord] | None, bytes]]
+
+
+def _fetch_key(
+    positions: dict[tuple[str, int], int], budgets: dict[tuple[str, int], int], committed: bool
+) -> tuple[frozenset[Any], frozenset[Any], bool]:
+    """What a read ahead must match to answer a Fetch: its positions, byte budgets and isolation."""
+    return frozenset(positions.items()), frozenset(budgets.items()), committed
 
 
 def _per_partition(

@@ -36,7 +36,7 @@ from oncelog.broker.codec import (
     encode_response,
     peek,
 )
-from oncelog.broker.common import API_RANGES, CLIENT_ID, PRINCIPAL_ENGINE, Database, Node
+from oncelog.broker.common import API_RANGES, CLIENT_ID, FETCH_AHEAD, PRINCIPAL_ENGINE, Database, FetchAhead, Node
 from oncelog.broker.describe import DescribeHandlers
 from oncelog.broker.groups import GroupHandlers
 from oncelog.broker.handlers import Handlers
@@ -293,6 +293,9 @@ class Broker:
         task = asyncio.current_task()
         if task is not None:
             self._connections.add(task)
+        # This task's context is the connection's: its Fetch read ahead lives there.
+        ahead = FetchAhead()
+        FETCH_AHEAD.set(ahead)
         peer = writer.get_extra_info("peername")
         inbox = Inbox(max_frames=_READ_AHEAD_FRAMES, max_bytes=_READ_AHEAD_BYTES)
         # Unbounded: the inbox bounds what is between read and answered, these answers included.
@@ -332,6 +335,7 @@ class Broker:
             aborted = True
         finally:
             reading.cancel()
+            ahead.cancel()
             answers.put_nowait(None)
             try:
                 if aborted:

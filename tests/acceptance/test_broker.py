@@ -36,6 +36,7 @@ from kafka import TopicPartition as KTopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.protocol.consumer import (
     FetchRequest,
+    FetchResponse,
     HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupRequest,
@@ -67,7 +68,7 @@ from kafka.protocol.sasl import (
     SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
-from kafka.record import MemoryRecordsBuilder
+from kafka.record import MemoryRecords, MemoryRecordsBuilder
 from kafka.record.util import calc_crc32c
 
 import oncelog
@@ -565,6 +566,74 @@ def test_a_client_that_drops_its_connection_mid_pipeline_is_let_go(
         assert values == sent[: len(values)]
 
 
+def _fetch_request(partition: int, offset: int, budget: int, *, isolation: int) -> Any:
+    """A Fetch (v11, no wait) of one partition of TOPIC from ``offset``, ``budget`` bytes at most."""
+    fetch_topic = FetchRequest.FetchTopic
+    return FetchRequest(
+        version=11,
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=50 * 1024 * 1024,
+        isolation_level=isolation,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            fetch_topic(
+                topic=TOPIC,
+                partitions=[
+                    fetch_topic.FetchPartition(
+                        partition=partition,
+                        current_leader_epoch=-1,
+                        fetch_offset=offset,
+                        log_start_offset=-1,
+                        partition_max_bytes=budget,
+                    )
+                ],
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+
+
+def _fetch_values(wire: _Wire, partition: int, offset: int, budget: int) -> list[bytes]:
+    """The values of one read_committed Fetch of ``partition`` from ``offset``."""
+    request = _fetch_request(partition, offset, budget, isolation=1)
+    (answer,) = wire.call(request, FetchResponse).responses[0].partitions
+    assert answer.error_code == 0
+    records = MemoryRecords(bytes(answer.records or b""))
+    values = []
+    while (batch := records.next_batch()) is not None:
+        values += [bytes(r.value) for r in batch if r.value is not None]
+    return values
+
+
+@pytest.mark.timeout(60)
+def test_a_fetch_read_ahead_answers_only_the_fetch_it_was_read_for(db_url: str, broker: str) -> None:
+    """After an answer with records, the broker reads what follows ahead for the connection's
+    next Fetch. That read answers only a Fetch of exactly those positions, and only with records:
+    a Fetch that seeks back is read afresh, and so is one whose read ahead found nothing, which
+    must see what was written since."""
+    wire = _Wire(broker)
+    budget = 5 * 1024  # five records a Fetch: the broker reads a record per KiB of the budget
+    try:
+        ident = wire.init_producer_id()
+        pid, epoch = ident.producer_id, ident.producer_epoch
+        for b in range(2):
+            batch = _batch(pid, epoch, 5 * b, [b"ra-%02d" % (5 * b + i) for i in range(5)])
+            assert _produce(wire, batch, partition=1).error_code == 0
+        first = [b"ra-%02d" % i for i in range(5)]
+        assert _fetch_values(wire, 1, 0, budget) == first
+        assert _fetch_values(wire, 1, 0, budget) == first  # a seek back: not the read ahead of 5
+        assert _fetch_values(wire, 1, 5, budget) == [b"ra-%02d" % i for i in range(5, 10)]
+        # The read ahead of 10 found nothing; what is written now must be in the next answer.
+        assert _produce(wire, _batch(pid, epoch, 10, [b"ra-10", b"ra-11"]), partition=1).error_code == 0
+        assert _fetch_values(wire, 1, 10, budget) == [b"ra-10", b"ra-11"]
+    finally:
+        wire.close()
+
+
 @pytest.mark.timeout(180)
 def test_closing_the_broker_does_not_wait_on_a_client_that_reads_nothing(db_url: str) -> None:
     """A client asks for megabytes and never reads them: the broker's buffers for it fill, and
@@ -574,33 +643,7 @@ def test_closing_the_broker_does_not_wait_on_a_client_that_reads_nothing(db_url:
     with oncelog.Producer(db_url) as producer:
         for i in range(3000):
             producer.send(TOPIC, b"%05d" % i + b"x" * 1019, partition=0)
-    fetch_topic = FetchRequest.FetchTopic
-    fetch = FetchRequest(
-        version=11,
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=0,
-        max_bytes=50 * 1024 * 1024,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[
-            fetch_topic(
-                topic=TOPIC,
-                partitions=[
-                    fetch_topic.FetchPartition(
-                        partition=0,
-                        current_leader_epoch=-1,
-                        fetch_offset=0,
-                        log_start_offset=-1,
-                        partition_max_bytes=1024 * 1024,
-                    )
-                ],
-            )
-        ],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
+    fetch = _fetch_request(0, 0, 1024 * 1024, isolation=0)
     # Leaving the block stops the broker, which must not hang on this client: the helper gives
     # the broker's close 60 s and raises past that.
     with running_broker(db_url) as address:
