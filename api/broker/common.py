@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -200,25 +201,46 @@ PRINCIPAL_ENGINE: contextvars.ContextVar[sa.Engine | None] = contextvars.Context
 
 class FetchAhead:
     """One connection's fetch read ahead: the request it answers (positions, budgets, isolation)
-    and the task reading it. Set per connection in :data:`FETCH_AHEAD`."""
+    and the task reading it. Set per connection in :data:`FETCH_AHEAD`.
 
-    def __init__(self) -> None:
-        self.key: tuple[frozenset[Any], frozenset[Any], bool] | None = None
-        self.task: asyncio.Future[Any] | None = None
+    What it read is at most ``fresh_s`` old when it answers: a read ahead is the state of the log
+    when it started, and a Fetch answered from it must not trail the log by more than a fetch
+    that took that long would (records deleted, permissions revoked, writes acknowledged since).
+    Past that, and at any other request on the connection (which may have written, deleted or
+    changed what a Fetch after it must see), it is dropped, and so is the memory it holds."""
+
+    def __init__(self, fresh_s: float) -> None:
+        self.fresh_s = fresh_s
+        self._key: tuple[frozenset[Any], frozenset[Any], bool] | None = None
+        self._task: asyncio.Future[Any] | None = None
+        self._started = 0.0
+
+    def start(self, key: tuple[frozenset[Any], frozenset[Any], bool], task: asyncio.Future[Any]) -> None:
+        """Hold ``task``, the read ahead for the Fetch ``key`` names, until it is taken or stale."""
+        self.drop()
+        self._key, self._task, self._started = key, task, time.monotonic()
+        # A read that fails and is never taken must not be reported as an unretrieved exception.
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        asyncio.get_running_loop().call_later(self.fresh_s, self._expire, task)
 
     def take(self, key: tuple[frozenset[Any], frozenset[Any], bool]) -> asyncio.Future[Any] | None:
-        """The read ahead if it is for ``key``; either way the connection holds none after."""
-        task, self.task = self.task, None
-        if task is not None and self.key != key:
-            task.cancel()
+        """The read ahead if it is for ``key`` and fresh; either way the connection holds none after."""
+        task, fresh = self._task, time.monotonic() - self._started <= self.fresh_s
+        if task is not None and (self._key != key or not fresh):
+            self.drop()
             return None
+        self._task = None
         return task
 
-    def cancel(self) -> None:
-        """The connection ends: drop what is read ahead (a store call under way completes)."""
-        if self.task is not None:
-            self.task.cancel()
-            self.task = None
+    def drop(self) -> None:
+        """Drop what is read ahead (a store call under way still completes, and is ignored)."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    def _expire(self, task: asyncio.Future[Any]) -> None:
+        if self._task is task:
+            self.drop()
 
 
 #: The current connection's :class:`FetchAhead`; None outside a connection (no read ahead).

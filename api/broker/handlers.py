@@ -10,6 +10,7 @@ synchronous), one database connection per call from the broker's pool.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -467,8 +468,10 @@ class Handlers:
         if ahead is not None and any(body for _, _, body in fetched.values()):
             # The next Fetch of a reader that is catching up asks for what follows this answer:
             # read it now, while this answer travels and the client takes it in.
-            ahead.key = _fetch_key(following, budgets, committed)
-            ahead.task = asyncio.ensure_future(self._run(self._fetch, following, budgets, committed))
+            ahead.start(
+                _fetch_key(following, budgets, committed),
+                asyncio.ensure_future(self._run(self._fetch, following, budgets, committed)),
+            )
         partition_class = response_class.FetchableTopicResponse.PartitionData
 
         def partition(topic: str, p: Any) -> Any:
@@ -502,10 +505,10 @@ class Handlers:
         budgets: dict[tuple[str, int], int],
         committed: bool,
     ) -> tuple[_Answer, dict[tuple[str, int], int]] | None:
-        """The connection's read ahead, when it was for this very request and found records and
-        no error; else None (the request is read afresh). Records read a moment ago are still
-        there to be read: committed ones stay committed, and an answer may always hold fewer
-        records than the log has by now (the next Fetch gets the rest)."""
+        """The connection's read ahead, when it was for this very request, is fresh (FetchAhead)
+        and found records and no error; else None (the request is read afresh). Records read a
+        moment ago are still there to be read: committed ones stay committed, and an answer may
+        always hold fewer records than the log has by now (the next Fetch gets the rest)."""
         task = None if ahead is None else ahead.take(_fetch_key(positions, budgets, committed))
         if task is None:
             return None
@@ -516,6 +519,7 @@ class Handlers:
             return None
         if any(code != NONE for code, _, _ in answer.values()) or not any(body for _, _, body in answer.values()):
             return None
+        logger.debug("a fetch of %d partition(s) answered from its read ahead", len(positions))
         return answer, following
 
     def _fetch(
@@ -552,7 +556,9 @@ class Handlers:
                 following[tp] = f.read_limit
             else:
                 body = b""
-            out[tp] = (NONE, f, body)
+            # The answer keeps the partition's offsets, not the records it read (a read ahead
+            # holds the answer until the next Fetch: the encoded batches are enough).
+            out[tp] = (NONE, dataclasses.replace(f, records=[]), body)
         return out, following
 
 

@@ -55,6 +55,10 @@ _SIZE = struct.Struct(">i")
 _TLS_HANDSHAKE_TIMEOUT_S = 30.0
 _API_VERSIONS = 18
 _PRODUCE = 0
+_FETCH = 1
+#: How old a Fetch read ahead may be when it answers (librdkafka sends its next Fetch within
+#: milliseconds of an answer while it catches up); older, it is read afresh.
+_FETCH_AHEAD_FRESH_S = 0.1
 #: How many requests, and bytes of them, a connection may have between read and answered (one of any
 #: size when it has none): librdkafka keeps up to five in flight, Kafka's Java client five too.
 _READ_AHEAD_FRAMES, _READ_AHEAD_BYTES = 16, 16 * 1024 * 1024
@@ -294,7 +298,7 @@ class Broker:
         if task is not None:
             self._connections.add(task)
         # This task's context is the connection's: its Fetch read ahead lives there.
-        ahead = FetchAhead()
+        ahead = FetchAhead(_FETCH_AHEAD_FRESH_S)
         FETCH_AHEAD.set(ahead)
         peer = writer.get_extra_info("peername")
         inbox = Inbox(max_frames=_READ_AHEAD_FRAMES, max_bytes=_READ_AHEAD_BYTES)
@@ -309,6 +313,9 @@ class Broker:
         try:
             while not writing.done() and (frame := await inbox.get()) is not None:
                 decoded = self._decode(frame, peer)
+                if not isinstance(decoded, _Request) or decoded.api_key != _FETCH:
+                    # It may write, delete or change what a Fetch after it must see.
+                    ahead.drop()
                 answer: asyncio.Future[Any]
                 if isinstance(decoded, _Request) and _side_by_side(decoded):
                     names = _partitions(decoded.request)
@@ -335,7 +342,7 @@ class Broker:
             aborted = True
         finally:
             reading.cancel()
-            ahead.cancel()
+            ahead.drop()
             answers.put_nowait(None)
             try:
                 if aborted:

@@ -597,9 +597,9 @@ def _fetch_request(partition: int, offset: int, budget: int, *, isolation: int) 
     )
 
 
-def _fetch_values(wire: _Wire, partition: int, offset: int, budget: int) -> list[bytes]:
-    """The values of one read_committed Fetch of ``partition`` from ``offset``."""
-    request = _fetch_request(partition, offset, budget, isolation=1)
+def _fetch_values(wire: _Wire, partition: int, offset: int, budget: int, *, isolation: int = 1) -> list[bytes]:
+    """The values of one Fetch (read_committed unless ``isolation`` says) of ``partition`` from ``offset``."""
+    request = _fetch_request(partition, offset, budget, isolation=isolation)
     (answer,) = wire.call(request, FetchResponse).responses[0].partitions
     assert answer.error_code == 0
     records = MemoryRecords(bytes(answer.records or b""))
@@ -610,26 +610,46 @@ def _fetch_values(wire: _Wire, partition: int, offset: int, budget: int) -> list
 
 
 @pytest.mark.timeout(60)
-def test_a_fetch_read_ahead_answers_only_the_fetch_it_was_read_for(db_url: str, broker: str) -> None:
+def test_a_fetch_read_ahead_answers_only_the_fetch_it_was_read_for(
+    db_url: str, broker: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """After an answer with records, the broker reads what follows ahead for the connection's
-    next Fetch. That read answers only a Fetch of exactly those positions, and only with records:
-    a Fetch that seeks back is read afresh, and so is one whose read ahead found nothing, which
-    must see what was written since."""
+    next Fetch. That read answers only a Fetch of exactly those positions, budgets and isolation,
+    while it is fresh, with no other request between, and only with records; every other Fetch is
+    read afresh (and sees what was written since)."""
+    caplog.set_level(logging.DEBUG, logger="oncelog.broker.handlers")
+
+    def hits() -> int:
+        return sum("answered from its read ahead" in r.getMessage() for r in caplog.records)
+
     wire = _Wire(broker)
     budget = 5 * 1024  # five records a Fetch: the broker reads a record per KiB of the budget
+    values = [b"ra-%02d" % i for i in range(12)]
     try:
         ident = wire.init_producer_id()
         pid, epoch = ident.producer_id, ident.producer_epoch
         for b in range(2):
-            batch = _batch(pid, epoch, 5 * b, [b"ra-%02d" % (5 * b + i) for i in range(5)])
-            assert _produce(wire, batch, partition=1).error_code == 0
-        first = [b"ra-%02d" % i for i in range(5)]
-        assert _fetch_values(wire, 1, 0, budget) == first
-        assert _fetch_values(wire, 1, 0, budget) == first  # a seek back: not the read ahead of 5
-        assert _fetch_values(wire, 1, 5, budget) == [b"ra-%02d" % i for i in range(5, 10)]
-        # The read ahead of 10 found nothing; what is written now must be in the next answer.
-        assert _produce(wire, _batch(pid, epoch, 10, [b"ra-10", b"ra-11"]), partition=1).error_code == 0
-        assert _fetch_values(wire, 1, 10, budget) == [b"ra-10", b"ra-11"]
+            assert _produce(wire, _batch(pid, epoch, 5 * b, values[5 * b : 5 * b + 5]), partition=1).error_code == 0
+        assert _fetch_values(wire, 1, 0, budget) == values[:5]
+        assert _fetch_values(wire, 1, 5, budget) == values[5:10] and hits() == 1  # the read ahead answers
+        assert _fetch_values(wire, 1, 0, budget) == values[:5]
+        assert _fetch_values(wire, 1, 0, budget) == values[:5] and hits() == 1  # a seek back: read afresh
+        assert _fetch_values(wire, 1, 5, budget, isolation=0) == values[5:10] and hits() == 1  # another isolation
+        assert _fetch_values(wire, 1, 0, budget * 2) == values[:10] and hits() == 1  # another budget
+        assert _fetch_values(wire, 1, 0, budget) == values[:5]
+        wire.call(ApiVersionsRequest(version=0), ApiVersionsResponse)  # any other request drops it
+        assert _fetch_values(wire, 1, 5, budget) == values[5:10] and hits() == 1
+        assert _fetch_values(wire, 1, 0, budget) == values[:5]
+        time.sleep(0.3)  # past the read ahead's freshness (0.1 s)
+        assert _fetch_values(wire, 1, 5, budget) == values[5:10] and hits() == 1
+        # The read ahead of 10 finds nothing; records written now (on another connection, which
+        # drops nothing here) must be in the next answer.
+        other = _Wire(broker)
+        try:
+            assert _produce(other, _batch(pid, epoch, 10, values[10:]), partition=1).error_code == 0
+        finally:
+            other.close()
+        assert _fetch_values(wire, 1, 10, budget) == values[10:]
     finally:
         wire.close()
 
