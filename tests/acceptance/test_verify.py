@@ -13,6 +13,7 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -45,7 +46,7 @@ from oncelog.verify.faults import (
 from oncelog.verify.history import History, OpType
 from oncelog.verify.proxy import FaultProxy
 from oncelog.verify.runner import RunConfig, RunInfo, RunReport, Via, verify
-from oncelog.verify.workloads import ClientSpec, Role, Workload
+from oncelog.verify.workloads import ClientSpec, Role, Workload, kill_with_stacks
 
 #: Seconds of faults per run; a run lasts until each chosen fault has had a window, then stops.
 SHORT = 3.0
@@ -194,6 +195,23 @@ def test_a_client_whose_main_thread_is_blocked_still_stops_at_its_grace() -> Non
             assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
             proc.terminate()
             assert proc.wait(timeout=20) == 3
+        finally:
+            proc.kill()
+
+
+def test_a_client_killed_at_stop_leaves_its_threads_stacks_in_its_log() -> None:
+    """A client that overran its stop is asked for its threads' stacks (SIGUSR1, written from C
+    even while a thread holds the interpreter lock) before the runner's SIGKILL: the log says
+    where it was stuck. Here its grace is far away and its main thread waits for good."""
+    script = _BLOCKED_CLIENT.replace("grace=0.5", "grace=600")
+    with subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        try:
+            assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+            kill_with_stacks(proc)
+            assert proc.returncode == -signal.SIGKILL
+            assert proc.stderr is not None
+            stacks = proc.stderr.read().decode()
+            assert "most recent call first" in stacks and "in wait" in stacks, stacks
         finally:
             proc.kill()
 

@@ -42,6 +42,7 @@ and carries on, under a new process name as well: one producer instance per proc
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
 import logging
 import os
@@ -656,11 +657,29 @@ _ROLES: dict[Role, Callable[[ClientSpec, _Recorder, random.Random], None]] = {
 def stop_when_told(grace: float) -> None:
     """In a client process's main thread: SIGTERM, or the runner's end, sets ``_STOP`` (complete
     the current operation, then return) and ends the process with status 3 ``grace`` seconds
-    later if it is still running."""
+    later if it is still running. SIGUSR1 writes every thread's stack to stderr (the client's
+    log), from C, even while a thread holds the interpreter lock: the runner sends it before it
+    kills a client that did not stop (:func:`kill_with_stacks`)."""
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     signal.signal(signal.SIGTERM, lambda *_: _STOP.set())
     signals, wakeup = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wakeup, warn_on_full_buffer=False)
     threading.Thread(target=_watch, args=(os.getppid(), signals, grace), name="watch", daemon=True).start()
+
+
+#: How long a client that did not stop gets to write its threads' stacks before SIGKILL.
+_STACKS_S = 1.0
+
+
+def kill_with_stacks(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a client process that overran its stop, after asking it for its threads' stacks
+    (SIGUSR1, see :func:`stop_when_told`): its log then says where it was stuck."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGUSR1)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(_STACKS_S)
+    proc.kill()
+    proc.wait()
 
 
 def _watch(parent: int, signals: int, grace: float) -> None:
@@ -836,8 +855,7 @@ class ClientPool:
             try:
                 client.proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                client.proc.kill()
-                client.proc.wait()
+                kill_with_stacks(client.proc)
                 forced.append(client.spec.name)
             if client.spec.name in told:
                 self.exit_at_stop[client.spec.name] = client.proc.returncode
