@@ -26,12 +26,14 @@ expires everything it left, so one example's maintenance calls never see another
 from __future__ import annotations
 
 import itertools
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
@@ -78,6 +80,7 @@ class TidM:
     txn: int = 0
     timed_out: bool = False  # the open transaction is past its timeout
     opened: int = 0  # when its open transaction started, in the model's order of events
+    moved_back: int = 0  # how many times "time passes" moved that start two hours back
     parts: dict[int, int | None] = field(default_factory=dict)  # open transaction: partition -> first offset
     history: list[tuple[str | None, str, int, int, int]] = field(default_factory=list)
 
@@ -118,6 +121,7 @@ class Model:
         if t.state != "Ongoing":
             t.txn = n
             t.opened = next(self._clock)
+            t.moved_back = 0
             self._move(tid, "Ongoing")
             t.timed_out = False
             t.parts = {}
@@ -276,8 +280,10 @@ class Model:
         from now) every id in Empty/Complete* is also past the transactional id expiration -- including
         one this very call aborted (its change is stamped with the real clock, days before ``now``)."""
         aborted = 0
-        # Oldest transaction first, as the store aborts them (its markers land in that order).
-        for tid in sorted(self.tids, key=lambda x: (self.tids[x].opened, x)):
+        # Oldest transaction first, as the store aborts them (its markers land in that order): one
+        # whose start "time passes" moved back two hours is older than any it did not (an
+        # example's events are seconds apart), and the order of events decides between the rest.
+        for tid in sorted(self.tids, key=lambda x: (-self.tids[x].moved_back, self.tids[x].opened, x)):
             if self.tids[tid].state == "Ongoing":
                 self._fence_abort(tid, True)
                 aborted += 1
@@ -612,6 +618,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         assert moved == (1 if m is not None and m.state == "Ongoing" else 0)
         if m is not None and moved:
             m.timed_out = True
+            m.moved_back += 1
         event(f"time passes: {'timed out' if moved else 'nothing open'}")
 
     # invariants
@@ -721,3 +728,26 @@ def test_coordinator_matches_the_model(conn: sa.Connection) -> None:
             suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
         ),
     )
+
+
+def test_a_transaction_time_moved_back_is_the_oldest_one_expiry_aborts(
+    conn: sa.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the machine above (CI, 2026-11-28): id 0 opens a transaction, then id 1 does and
+    "time passes" moves id 1's start two hours back. The store aborts id 1's first (the oldest by
+    its start); the model used to abort in the order the transactions opened."""
+
+    class Machine(CoordinatorMachine):
+        pass
+
+    Machine.conn = conn
+    monkeypatch.setattr(sys.modules[__name__], "event", lambda *_: None)  # outside hypothesis' run
+    machine = Machine()
+    try:
+        steps = [(0, "produce_current"), (0, "produce_current"), (1, "produce_current"), (1, "produce_current")]
+        for t, op in [*steps, (1, "time_passes"), (0, "expire_timeouts")]:
+            machine.step(commit=False, op=op, partition=0, parts=[0], t=t, zombie=False)
+            machine.log_matches()
+            machine.coordinator_state_matches()
+    finally:
+        machine.teardown()
