@@ -114,8 +114,9 @@ def end_txn(
 def end_txn_waking(
     conn: sa.Connection, *, transactional_id: str, producer_id: int, epoch: int, txn_number: int, commit: bool
 ) -> tuple[str, list[str]]:
-    """:func:`end_txn`, and the wake tokens of a commit's partitions on which a reader waits: wake
-    them with :func:`oncelog.store.log.wake_readers` once this transaction has committed."""
+    """:func:`end_txn`, and the wake tokens of the partitions of the commit or abort on which a
+    read_committed reader waits (an abort lets it read what committed behind the transaction):
+    wake them with :func:`oncelog.store.log.wake_readers` once this call has returned."""
     row = _call(
         conn,
         "SELECT outcome, wake FROM end_txn_v2(%(tid)s, %(pid)s, %(epoch)s::smallint, %(n)s, %(commit)s)",

@@ -1509,6 +1509,36 @@ $fn$;
 COMMENT ON FUNCTION txn_waiters_v1(p_producer_id bigint, p_txn_number bigint) IS
   'Internal: the wake tokens (topic_id:partition) of the partitions of a just committed transaction on which a read_committed reader waits.';
 
+CREATE OR REPLACE FUNCTION txn_abort_waiters_v1(p_producer_id bigint, p_txn_number bigint)
+ RETURNS text[]
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_tokens text[];
+BEGIN
+    -- The partitions a just aborted transaction wrote to on which a read_committed reader waits.
+    -- The abort makes none of its own records readable, but its open transaction held each of
+    -- those partitions' last stable offset back: records committed behind it (other producers'
+    -- transactions, idempotent appends) become readable with the abort, as with a commit.
+    -- Called right after the abort, under the partition locks it took, so the abort's marker is
+    -- each such partition's last record (next_offset - 1). The producer's sequence states name
+    -- every partition it appended to (an index range of the primary key), and only those with
+    -- a reader waiting are looked at further, each by primary key.
+    SELECT array_agg(ps.topic_id || ':' || ps.partition ORDER BY ps.topic_id, ps.partition) INTO v_tokens
+    FROM producer_partition_state ps
+    JOIN fetch_waiters w ON w.topic_id = ps.topic_id AND w.partition = ps.partition
+    JOIN partitions pt ON pt.topic_id = ps.topic_id AND pt.partition = ps.partition
+    JOIN records r ON r.topic_id = pt.topic_id AND r.partition = pt.partition AND r."offset" = pt.next_offset - 1
+    WHERE ps.producer_id = p_producer_id AND w.committed_until > server_now_v1()
+      AND r.control_type = 'abort' AND r.producer_id = p_producer_id AND r.txn_number = p_txn_number;
+    RETURN v_tokens;
+END
+$fn$;
+COMMENT ON FUNCTION txn_abort_waiters_v1(p_producer_id bigint, p_txn_number bigint) IS
+  'Internal: the wake tokens (topic_id:partition) of the partitions of a just aborted transaction on which a read_committed reader waits (the abort moved their last stable offsets on).';
+
 CREATE OR REPLACE FUNCTION fetch_wait_v1(p_topics text[], p_partitions integer[], p_read_committed boolean, p_wait_ms integer)
  RETURNS TABLE(channel text, topic text, topic_id integer)
  LANGUAGE plpgsql

@@ -267,11 +267,15 @@ BEGIN
     outcome := end_txn_v1(p_transactional_id, p_producer_id, p_epoch, p_txn_number, p_commit);
     IF outcome = 'committed' THEN
         wake := txn_waiters_v1(p_producer_id, p_txn_number);
+    ELSIF outcome IN ('aborted', 'aborted_timed_out') THEN
+        -- An abort shows none of its records, but it stops holding its partitions' last stable
+        -- offsets back (revision 0041): what committed behind it becomes readable at once.
+        wake := txn_abort_waiters_v1(p_producer_id, p_txn_number);
     END IF;
 END
 $fn$;
 COMMENT ON FUNCTION end_txn_v2(p_transactional_id text, p_producer_id bigint, p_epoch smallint, p_txn_number bigint, p_commit boolean, OUT outcome text, OUT wake text[]) IS
-  'end_txn_v1, and the tokens (topic_id:partition) of the partitions of a commit on which a read_committed reader waits: the caller wakes them, outside this transaction, with a NOTIFY on the schema''s channel (wake_channel_v1()).';
+  'end_txn_v1, and the tokens (topic_id:partition) of the partitions of the commit or abort on which a read_committed reader waits (an abort moves their last stable offsets on, so records committed behind it become readable): the caller wakes them, outside this transaction, with a NOTIFY on the schema''s channel (wake_channel_v1()).';
 
 CREATE OR REPLACE FUNCTION abort_transaction_v1(p_transactional_id text)
  RETURNS void
@@ -305,7 +309,7 @@ CREATE OR REPLACE FUNCTION txn_gate_v1(p_transactional_id text, p_shared boolean
  SET search_path FROM CURRENT
 AS $fn$
 BEGIN
-    -- The gate in front of a transactional id's transactions row (revision 0039), taken just
+    -- The gate in front of a transactional id's transactions row (revision 0040), taken just
     -- before the row: shared by appends, which hold the row FOR SHARE, exclusive by every call
     -- that waits for it FOR UPDATE. PostgreSQL grants a row's FOR SHARE at once while only share
     -- locks are held, even to a session that comes after a FOR UPDATE already waiting, so
@@ -347,8 +351,7 @@ AS $fn$
 -- partitions run side by side (a commit, an abort and a bump still wait for every one of them,
 -- expiry skips the row while they hold it, and none of them can start while one of those holds
 -- the row; txn_gate_v1 keeps a stream of appends from holding them off for good). An append that
--- may open
--- the transaction takes FOR UPDATE as before. Which lock to take is read first without one: a
+-- may open the transaction takes FOR UPDATE as before. Which lock to take is read first without one: a
 -- transaction's number only grows, so a row seen open with this number is either still so under
 -- the shared lock, or has moved on, and the checks below then refuse the append as they would
 -- under FOR UPDATE. A caller that holds the row FOR SHARE never asks for FOR UPDATE on it

@@ -125,11 +125,110 @@ def test_transactions_wake_read_uncommitted_on_append_and_read_committed_on_comm
             txn_number=n, commit=True,
         )  # fmt: skip
         assert (outcome, wake) == ("committed", [_token_of(engine, 0)])
-        # A retry of the commit wakes nobody again; an abort wakes nobody at all.
+        # A retry of the commit wakes nobody again.
         assert writer.call(
             txn.end_txn_waking, transactional_id="tx", producer_id=ident.producer_id, epoch=ident.epoch,
             txn_number=n, commit=True,
         ) == ("already_committed", [])  # fmt: skip
+
+
+def _open_txn(writer: Principal, tid: str, partitions: list[int], *, timeout_ms: int = 60_000) -> tuple[int, int, int]:
+    """A transaction of ``tid`` left open with a record in each of ``partitions``: its (producer
+    id, epoch, number)."""
+    ident = writer.call(txn.init_producer_id, transactional_id=tid, transaction_timeout_ms=timeout_ms)
+    n = ident.txn_number + 1
+    answers = writer.call(
+        log.produce_batches, batches=[ProduceBatch(TOPIC, p, 0, [RecordIn(b"open")]) for p in partitions],
+        producer_id=ident.producer_id, producer_epoch=ident.epoch, transactional_id=tid, txn_number=n,
+    )  # fmt: skip
+    assert all(isinstance(a, ProduceResult) for a in answers), answers
+    return ident.producer_id, ident.epoch, n
+
+
+def test_an_abort_wakes_the_read_committed_readers_of_the_partitions_it_held_back(
+    writer: Principal, reader: Principal, engine: sa.Engine
+) -> None:
+    # The open transaction holds partitions 0, 1 and 3 back; an idempotent record committed
+    # behind it on partition 0 becomes readable with the abort (revision 0041).
+    pid, epoch, n = _open_txn(writer, "tx", [0, 1, 3])
+    _write(writer, 0, "behind")
+    with reader.engine.connect() as c1, reader.engine.connect() as c2:
+        log.fetch_wait(c1, [(TOPIC, 0), (TOPIC, 1), (TOPIC, 2)], read_committed=True, wait_ms=60_000)
+        log.fetch_wait(c2, [(TOPIC, 3)], read_committed=False, wait_ms=60_000)  # woken at each append
+        outcome, wake = writer.call(
+            txn.end_txn_waking, transactional_id="tx", producer_id=pid, epoch=epoch, txn_number=n, commit=False
+        )
+        # Not partition 2 (the transaction never wrote there), nor 3 (no read_committed reader).
+        assert (outcome, wake) == ("aborted", [_token_of(engine, 0), _token_of(engine, 1)])
+        assert writer.call(
+            txn.end_txn_waking, transactional_id="tx", producer_id=pid, epoch=epoch, txn_number=n, commit=False
+        ) == ("already_aborted", []), "a retry of the abort wakes nobody again"
+
+
+def test_an_abort_past_the_timeout_wakes_the_readers_too(
+    writer: Principal, reader: Principal, engine: sa.Engine
+) -> None:
+    pid, epoch, n = _open_txn(writer, "tx", [2], timeout_ms=1)
+    with reader.engine.connect() as listening:
+        log.fetch_wait(listening, [(TOPIC, 2)], read_committed=True, wait_ms=60_000)
+        time.sleep(0.01)  # past the 1 ms timeout: the abort fences as it aborts
+        outcome, wake = writer.call(
+            txn.end_txn_waking, transactional_id="tx", producer_id=pid, epoch=epoch, txn_number=n, commit=False
+        )
+        assert (outcome, wake) == ("aborted_timed_out", [_token_of(engine, 2)])
+
+
+def test_an_abort_that_wrote_nothing_here_wakes_nobody(writer: Principal, reader: Principal) -> None:
+    ident = writer.call(txn.init_producer_id, transactional_id="tx", transaction_timeout_ms=60_000)
+    _write(writer, 0)  # another producer's record last in the partition
+    with reader.engine.connect() as listening:
+        log.fetch_wait(listening, [(TOPIC, 0)], read_committed=True, wait_ms=60_000)
+        assert writer.call(
+            txn.end_txn_waking, transactional_id="tx", producer_id=ident.producer_id, epoch=ident.epoch,
+            txn_number=ident.txn_number + 1, commit=False,
+        ) == ("aborted", [])  # fmt: skip
+
+
+def _waited_on(engine: sa.Engine, partition: int) -> bool:
+    with engine.connect() as conn:
+        return bool(
+            conn.exec_driver_sql(
+                "SELECT committed_until > now() FROM fetch_waiters w JOIN topics t USING (topic_id) "
+                f"WHERE t.name = '{TOPIC}' AND w.partition = {partition}"
+            ).scalar()
+        )
+
+
+def test_a_consumer_waiting_behind_an_open_transaction_is_woken_by_its_abort(
+    writer: Principal, reader: Principal, engine: sa.Engine
+) -> None:
+    # End to end: the consumer waits with a 60 s backoff, so within its poll only a wake-up
+    # brings it the record committed behind the transaction. Without one the poll returns empty.
+    with Producer(writer.url, transactional_id="gate") as gate:
+        with Producer(writer.url) as behind:
+            gate.init_transactions()
+            gate.begin_transaction()
+            gate.send(TOPIC, b"gate", partition=1)
+            gate.flush()
+            behind.send(TOPIC, b"behind", partition=1).result(WAIT)
+        with Consumer(reader.url, fetch_max_backoff_ms=60_000, fetch_min_backoff_ms=60_000) as consumer:
+            consumer.assign([TopicPartition(TOPIC, 1)])
+            consumer.seek(TopicPartition(TOPIC, 1), 0)
+            got: list[Any] = []
+            polling = threading.Thread(target=lambda: got.extend(consumer.poll(WAIT)))
+            polling.start()
+            # Abort once the poll waits: it fetched, registered its wait, and fetched once more.
+            # Aborting earlier would let that fetch find the record, with no wake-up needed.
+            deadline = time.monotonic() + WAIT
+            while time.monotonic() < deadline and not (
+                consumer.metrics()["fetch_total"] >= 2 and _waited_on(engine, 1)
+            ):
+                time.sleep(0.01)
+            gate.abort_transaction()
+            polling.join(WAIT + 5)
+            assert [r.value for r in got] == [b"behind"]
+    # The gate's waker sent the wake-up (close() waited for its thread).
+    assert gate.metrics()["reader_wakeup_total"] == 1
 
 
 def test_the_one_round_trip_commit_names_its_waited_on_partitions(

@@ -1,0 +1,131 @@
+DROP FUNCTION txn_abort_waiters_v1(bigint, bigint);
+
+CREATE OR REPLACE FUNCTION end_txn_v2(p_transactional_id text, p_producer_id bigint, p_epoch smallint, p_txn_number bigint, p_commit boolean, OUT outcome text, OUT wake text[])
+ RETURNS record
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $function$
+BEGIN
+    outcome := end_txn_v1(p_transactional_id, p_producer_id, p_epoch, p_txn_number, p_commit);
+    IF outcome = 'committed' THEN
+        wake := txn_waiters_v1(p_producer_id, p_txn_number);
+    END IF;
+END
+$function$;
+
+COMMENT ON FUNCTION end_txn_v2(text, bigint, smallint, bigint, boolean) IS 'end_txn_v1, and the tokens (topic_id:partition) of the partitions of a commit on which a read_committed reader waits: the caller wakes them, outside this transaction, with a NOTIFY on the schema''s channel (wake_channel_v1()).';
+
+REVOKE ALL ON FUNCTION end_txn_v2(text, bigint, smallint, bigint, boolean) FROM PUBLIC, @schema@_reader, @schema@_client, @schema@_admin;
+
+GRANT EXECUTE ON FUNCTION end_txn_v2(text, bigint, smallint, bigint, boolean) TO @schema@_client, @schema@_admin;
+
+CREATE OR REPLACE FUNCTION txn_check_v2(p_transactional_id text, p_producer_id bigint, p_epoch smallint, p_txn_number bigint, p_begin boolean, p_append boolean)
+ RETURNS transactions
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+AS $function$
+-- The transactions row's lock, the first of the documented order (docs/design.md). Every call
+-- that changes the row (opens, completes, aborts or fences a transaction, bumps the epoch) holds
+-- it FOR UPDATE. An append (p_append, revision 0039) changes nothing in it: to a transaction
+-- already open it takes the row FOR SHARE, so that appends of one transaction to different
+-- partitions run side by side (a commit, an abort and a bump still wait for every one of them,
+-- expiry skips the row while they hold it, and none of them can start while one of those holds
+-- the row; txn_gate_v1 keeps a stream of appends from holding them off for good). An append that
+-- may open
+-- the transaction takes FOR UPDATE as before. Which lock to take is read first without one: a
+-- transaction's number only grows, so a row seen open with this number is either still so under
+-- the shared lock, or has moved on, and the checks below then refuse the append as they would
+-- under FOR UPDATE. A caller that holds the row FOR SHARE never asks for FOR UPDATE on it
+-- afterwards in the same database transaction: two such callers would deadlock.
+DECLARE
+    t transactions%ROWTYPE;
+    pr producers%ROWTYPE;
+    v_shared boolean := false;
+BEGIN
+    IF p_append THEN
+        SELECT x.state = 'Ongoing' AND x.txn_number = p_txn_number INTO v_shared
+        FROM transactions x WHERE x.transactional_id = p_transactional_id;
+        v_shared := coalesce(v_shared, false);
+    END IF;
+    PERFORM txn_gate_v1(p_transactional_id, v_shared);
+    IF v_shared THEN
+        SELECT * INTO t FROM transactions x WHERE x.transactional_id = p_transactional_id FOR SHARE;
+    ELSE
+        SELECT * INTO t FROM transactions x WHERE x.transactional_id = p_transactional_id FOR UPDATE;
+    END IF;
+    IF NOT FOUND OR t.state = 'Dead' OR t.producer_id IS DISTINCT FROM p_producer_id THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL302',
+            MESSAGE = format('producer id %s does not serve transactional id %L (expired or replaced)',
+                             p_producer_id, p_transactional_id);
+    END IF;
+    SELECT * INTO pr FROM producers p WHERE p.producer_id = t.producer_id;
+    -- Revision 0017: the identity is its principal's. Checked before the epoch, so another
+    -- principal learns nothing of it; the owner changes only under this row's lock (held here).
+    PERFORM txn_owner_check_v1(p_transactional_id, pr.owner);
+    IF p_epoch IS DISTINCT FROM pr.epoch THEN
+        IF p_epoch = pr.last_epoch THEN
+            RAISE EXCEPTION USING ERRCODE = 'OL202',
+                MESSAGE = format('transactional id %L: epoch %s was bumped to %s (the transaction timed out); '
+                                 'abort and re-initialise', p_transactional_id, p_epoch, pr.epoch);
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = 'OL301',
+            MESSAGE = format('transactional id %L: epoch %s is fenced by epoch %s', p_transactional_id, p_epoch, pr.epoch);
+    END IF;
+    IF t.state IN ('PrepareCommit', 'PrepareAbort') THEN
+        RAISE EXCEPTION USING ERRCODE = 'OL305', MESSAGE = format('transaction of %L is completing', p_transactional_id);
+    END IF;
+    IF t.state = 'Ongoing' THEN
+        IF t.txn_number <> p_txn_number THEN
+            RAISE EXCEPTION USING ERRCODE = 'OL303',
+                MESSAGE = format('transactional id %L: transaction %s is open, not %s', p_transactional_id, t.txn_number, p_txn_number);
+        END IF;
+        IF t.txn_started_at + make_interval(secs => t.timeout_ms / 1000.0) < clock_timestamp() THEN
+            RAISE EXCEPTION USING ERRCODE = 'OL307',
+                MESSAGE = format('transaction %s of %L exceeded its timeout of %s ms', t.txn_number, p_transactional_id, t.timeout_ms);
+        END IF;
+        RETURN t;
+    END IF;
+    -- Opening needs the row FOR UPDATE; under the shared lock it cannot be due (the row was seen
+    -- open with this number, and numbers only grow), so a shared call never reaches the UPDATE.
+    IF p_begin AND NOT v_shared AND t.txn_number = p_txn_number - 1 THEN
+        UPDATE transactions x SET state = 'Ongoing', txn_number = p_txn_number, txn_started_at = now()
+        WHERE x.transactional_id = p_transactional_id
+        RETURNING * INTO t;
+        RETURN t;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'OL303',
+        MESSAGE = format('transactional id %L: transaction %s is not open (the last is %s, %s)',
+                         p_transactional_id, p_txn_number, t.txn_number, t.state);
+END
+$function$;
+
+COMMENT ON FUNCTION txn_check_v2(text, bigint, smallint, bigint, boolean, boolean) IS 'Internal: locks and validates a transactional call (producer id, epoch, transaction number, timeout); opens transaction N after N-1 when asked. The transactions row is held FOR UPDATE, or FOR SHARE for an append (p_append) to a transaction already open, so that one transaction''s appends to different partitions run side by side.';
+
+REVOKE ALL ON FUNCTION txn_check_v2(text, bigint, smallint, bigint, boolean, boolean) FROM PUBLIC, @schema@_reader, @schema@_client, @schema@_admin;
+
+CREATE OR REPLACE FUNCTION txn_gate_v1(p_transactional_id text, p_shared boolean)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+AS $function$
+BEGIN
+    -- The gate in front of a transactional id's transactions row (revision 0039), taken just
+    -- before the row: shared by appends, which hold the row FOR SHARE, exclusive by every call
+    -- that waits for it FOR UPDATE. PostgreSQL grants a row's FOR SHARE at once while only share
+    -- locks are held, even to a session that comes after a FOR UPDATE already waiting, so
+    -- overlapping appends (a zombie's, or a stranger's refused ones) could hold a commit, an
+    -- abort or a fence off without end. A heavyweight lock queues: a shared request that comes
+    -- after a waiting exclusive one waits behind it. Keyed by the id's hash (another id with the
+    -- same hash only shares the queue), in a class of its own so no other advisory lock meets it.
+    IF p_shared THEN
+        PERFORM pg_advisory_xact_lock_shared(1869375329, hashtext(p_transactional_id));
+    ELSE
+        PERFORM pg_advisory_xact_lock(1869375329, hashtext(p_transactional_id));
+    END IF;
+END
+$function$;
+
+COMMENT ON FUNCTION txn_gate_v1(text, boolean) IS 'Internal: the queue in front of a transactional id''s transactions row, taken just before it: shared by appends, exclusive by every call that waits for the row FOR UPDATE, so that appends cannot hold a commit, an abort or a fence off without end.';
+
+REVOKE ALL ON FUNCTION txn_gate_v1(text, boolean) FROM PUBLIC, @schema@_reader, @schema@_client, @schema@_admin;
