@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -43,7 +43,7 @@ from oncelog.broker.common import (
 )
 from oncelog.broker.txns import TxnHandlers
 from oncelog.store import log, topics, txn
-from oncelog.store.records import MAX_BATCHES_PER_REQUEST, FetchedRecord, PartitionFetch, ProduceBatch
+from oncelog.store.records import MAX_BATCHES_PER_REQUEST, FetchedRecord, PartitionFetch, ProduceBatch, ProduceResult
 
 __all__ = ["Handlers"]
 
@@ -76,7 +76,8 @@ def _topic_id(name: str) -> uuid.UUID:
 class Handlers:
     """One method per API; each takes the decoded request and returns the response (None: no
     response, for acks=0 produce). ``run(fn, *args)`` runs ``fn(conn, *args)`` on a connection of
-    the broker's engine, off the event loop."""
+    the broker's engine, off the event loop. ``wake(tokens)`` wakes the readers the store named in
+    its answers to writes (:class:`oncelog.waker.ReaderWaker`); returns at once."""
 
     def __init__(
         self,
@@ -86,13 +87,15 @@ class Handlers:
         *,
         cluster_id: str = "oncelog",
         auto_create_partitions: int | None = None,
+        wake: Callable[[Iterable[str]], None] | None = None,
     ) -> None:
         self._db = database
         self.node = node
         self._run = run
         self._cluster_id = cluster_id
         self._auto_create = auto_create_partitions
-        self.transactions = TxnHandlers(database, node, run)
+        self._wake = wake or (lambda tokens: None)
+        self.transactions = TxnHandlers(database, node, run, wake=self._wake)
 
     # --- ApiVersions, Metadata ---------------------------------------------------------------------
 
@@ -274,6 +277,9 @@ class Handlers:
         groups: dict[tuple[int | None, int | None], list[tuple[tuple[str, int], ProducedBatch]]] = {}
         for tp, batch in parsed:
             groups.setdefault((batch.producer_id, batch.producer_epoch), []).append((tp, batch))
+        # The partitions the store says a reader waits on (read_committed ones only for appends
+        # outside a transaction): woken once the appends committed, as oncelog's Producer does.
+        tokens: set[str] = set()
         try:
             with self._db.connect() as conn:
                 for items in groups.values():
@@ -284,6 +290,8 @@ class Handlers:
                             answers = self._append_chunk(conn, chunk, None, None)
                         for (tp, _), answer in zip(chunk, answers, strict=True):
                             out.append((tp, answer if isinstance(answer, BaseException) else answer.base_offset))
+                            if isinstance(answer, ProduceResult) and answer.wake:
+                                tokens.add(answer.wake)
         except errors.OncelogError as exc:
             # The database went away (at checkout, or between chunks): a partition with a batch
             # not answered yet gets its error (which wins over its other answers), and producers
@@ -291,6 +299,8 @@ class Handlers:
             left = Counter(tp for tp, _ in parsed)
             left.subtract(tp for tp, _ in out)
             out += [(tp, exc) for tp, n in left.items() if n > 0]
+        if tokens:
+            self._wake(tokens)
         return out
 
     @staticmethod

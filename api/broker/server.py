@@ -43,8 +43,10 @@ from oncelog.broker.handlers import Handlers
 from oncelog.broker.inbox import Inbox
 from oncelog.broker.replicas import ReplicaHandlers
 from oncelog.errors import ConfigurationError
+from oncelog.producer_store import DatabaseStore
 from oncelog.store import create_engine
 from oncelog.store.engine import DEFAULT_SCHEMA
+from oncelog.waker import ReaderWaker
 
 __all__ = ["Broker", "Listener", "parse_listener", "serve_in_thread"]
 
@@ -53,6 +55,9 @@ logger = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
 #: How long a TLS client may take to finish its handshake.
 _TLS_HANDSHAKE_TIMEOUT_S = 30.0
+#: Bounds each wake-up the broker sends, and what closing waits for the pending ones: a reader
+#: that is not woken looks again by itself within its poll interval.
+_WAKE_TIMEOUT_S = 5.0
 _API_VERSIONS = 18
 _PRODUCE = 0
 _FETCH = 1
@@ -130,6 +135,11 @@ class Broker:
         self._node_id = node_id
         self._auto_create = auto_create_partitions
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="oncelog-broker-store")
+        # Readers waiting on what the clients write (oncelog's Consumers; docs/design.md, "Waking
+        # readers") are woken as oncelog's Producer wakes them: the store names their partitions in
+        # its answers, and the NOTIFY goes out on a thread and connection of the broker's own,
+        # after the write committed. Any role may NOTIFY, so the broker's role sends them all.
+        self._waker = ReaderWaker(DatabaseStore(self._engine.default.connect), request_timeout=_WAKE_TIMEOUT_S)
         self._server: asyncio.Server | None = None
         self._handlers: Handlers | None = None
         self._dispatch: dict[int, Callable[[Any, Any], Awaitable[Any]]] = {}
@@ -155,7 +165,11 @@ class Broker:
         )
         node = self._advertised or self.address
         self._handlers = Handlers(
-            self._engine, Node(self._node_id, node.host, node.port), self._run, auto_create_partitions=self._auto_create
+            self._engine,
+            Node(self._node_id, node.host, node.port),
+            self._run,
+            auto_create_partitions=self._auto_create,
+            wake=self._waker.wake,
         )
         h = self._handlers
         g, t = GroupHandlers(self._engine, h.node, self._run), h.transactions
@@ -244,6 +258,7 @@ class Broker:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
         self._pool.shutdown(wait=True, cancel_futures=True)
+        await asyncio.to_thread(self._waker.close, _WAKE_TIMEOUT_S)  # what is pending, then its thread
         if self._principals is not None:
             self._principals.close()
 

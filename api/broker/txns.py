@@ -19,7 +19,7 @@ a commit that landed while its answer was lost then reads as the retry it is.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,10 +63,18 @@ class TxnHandlers:
     """InitProducerId for a transactional id, AddPartitionsToTxn, AddOffsetsToTxn,
     TxnOffsetCommit and EndTxn; and the transaction number a transactional Produce writes in."""
 
-    def __init__(self, database: Database, node: Node, run: Callable[..., Any]) -> None:
+    def __init__(
+        self,
+        database: Database,
+        node: Node,
+        run: Callable[..., Any],
+        *,
+        wake: Callable[[Iterable[str]], None] | None = None,
+    ) -> None:
         self._db = database
         self._node = node
         self._run = run
+        self._wake = wake or (lambda tokens: None)
         # Read and written on the event loop only: no lock.
         self._slots: dict[str, _Slot] = {}
 
@@ -212,9 +220,9 @@ class TxnHandlers:
         except errors.OncelogError as exc:
             return answer(_coordinator_code(exc))
         try:
-            await self._run(
+            _, wake = await self._run(
                 self._db.call,
-                txn.end_txn,
+                txn.end_txn_waking,
                 transactional_id=tid,
                 producer_id=pid,
                 epoch=epoch,
@@ -225,6 +233,8 @@ class TxnHandlers:
             # Unreachable, the outcome is unknown (the commit may have landed): the client
             # resends, and the store answers the resend as a retry, whatever happened.
             return answer(_coordinator_code(exc))
+        if wake:
+            self._wake(wake)  # read_committed readers of the partitions it held back
         if number == slot.number:
             slot.number, slot.started = number + 1, False
         return answer(NONE)

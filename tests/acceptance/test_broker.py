@@ -18,7 +18,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -1108,6 +1108,41 @@ def test_a_kafka_transactional_producer_commits_and_aborts(db_url: str, broker: 
     assert [r.offset for r in records] == [0, 1, 2, 3, 10]
     got, position, end = _kafka_python_reads(broker, "read_committed")
     assert got == [b"c0", b"c1", b"c2", b"c3", b"d0"] and position == end == 12
+
+
+@contextlib.contextmanager
+def _waiting(engine: Any, partition: int) -> Iterator[Callable[[], bool]]:
+    """A read_committed reader of oncelog's registered to wait on ``partition``; yields whether
+    a wake-up for it comes within 30 s."""
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        registration = log.fetch_wait(conn, [(TOPIC, partition)], read_committed=True, wait_ms=60_000)
+        yield lambda: log.await_wakeup(conn, registration, 30.0)
+
+
+@pytest.mark.timeout(120)
+def test_writes_and_transaction_ends_through_the_broker_wake_oncelog_readers(broker: str, engine: Any) -> None:
+    # Each wait is answered only by a NOTIFY: without one, await_wakeup returns False at 30 s.
+    with _waiting(engine, 0) as woken:
+        producer = ck.Producer({"bootstrap.servers": broker, "enable.idempotence": True})
+        producer.produce(TOPIC, b"idempotent", partition=0)
+        assert producer.flush(30) == 0
+        assert woken(), "an idempotent append wakes a read_committed reader"
+    transactional = KafkaProducer(bootstrap_servers=broker, transactional_id="tx-waking")
+    try:
+        transactional.init_transactions()
+        with _waiting(engine, 1) as woken:
+            transactional.begin_transaction()
+            transactional.send(TOPIC, b"committed", partition=1)
+            transactional.commit_transaction()
+            assert woken(), "EndTxn's commit wakes it"
+        with _waiting(engine, 2) as woken:
+            transactional.begin_transaction()
+            transactional.send(TOPIC, b"aborted", partition=2)
+            transactional.flush()
+            transactional.abort_transaction()
+            assert woken(), "and so does its abort, which moves the last stable offset on"
+    finally:
+        transactional.close(10)
 
 
 @pytest.mark.timeout(120)
