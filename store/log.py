@@ -564,6 +564,16 @@ def await_notification(conn: sa.Connection, channel: str, wanted: Callable[[str]
                 return False
 
 
+def wakeups(conn: sa.Connection, channel: str, timeout: float) -> set[str]:
+    """The wake tokens announced on ``channel`` to ``conn`` (which LISTENs on it, through
+    :func:`fetch_wait`): those the driver queued already, else those of the first NOTIFY to arrive
+    within ``timeout`` seconds (with any that came in the same read); empty if none came. For a
+    session that waits on behalf of many readers and hands each wake-up on (``oncelog broker``)."""
+    with mapped_errors():
+        notes = runtime.notifications(conn, max(timeout, 0.0))
+    return {token for note in notes if note.channel == channel for token in note.payload.split(",") if token}
+
+
 def drain_wakeups(conn: sa.Connection) -> None:
     """Forget the wake-ups queued on ``conn`` (they are about writes a fetch is about to see)."""
     with mapped_errors():

@@ -42,6 +42,7 @@ from oncelog.broker.common import (
     error_code,
 )
 from oncelog.broker.txns import TxnHandlers
+from oncelog.broker.wakeups import FetchWakeups
 from oncelog.store import log, topics, txn
 from oncelog.store.records import MAX_BATCHES_PER_REQUEST, FetchedRecord, PartitionFetch, ProduceBatch, ProduceResult
 
@@ -53,6 +54,8 @@ T = TypeVar("T")
 
 #: How long an empty Fetch waits between looks at the store (it answers at max_wait_ms at the latest).
 _FETCH_POLL_S = (0.005, 0.1)
+#: The least time between two looks of a Fetch that wake-ups keep waking.
+_WAKE_SPACING_S = 0.005
 #: The longest an empty Fetch waits, whatever max_wait_ms a client asks for (clients ask 0.5 s).
 _FETCH_MAX_WAIT_S = 30.0
 #: Records one partition's fetch reads at most: the budget in bytes over 1 KiB, at most this
@@ -77,7 +80,8 @@ class Handlers:
     """One method per API; each takes the decoded request and returns the response (None: no
     response, for acks=0 produce). ``run(fn, *args)`` runs ``fn(conn, *args)`` on a connection of
     the broker's engine, off the event loop. ``wake(tokens)`` wakes the readers the store named in
-    its answers to writes (:class:`oncelog.waker.ReaderWaker`); returns at once."""
+    its answers to writes (:class:`oncelog.waker.ReaderWaker`); returns at once. ``wakeups``: the
+    broker's listening session, through which empty Fetches are woken (the broker closes it)."""
 
     def __init__(
         self,
@@ -88,8 +92,10 @@ class Handlers:
         cluster_id: str = "oncelog",
         auto_create_partitions: int | None = None,
         wake: Callable[[Iterable[str]], None] | None = None,
+        wakeups: FetchWakeups | None = None,
     ) -> None:
         self._db = database
+        self._wakeups = wakeups or FetchWakeups(database.default)
         self.node = node
         self._run = run
         self._cluster_id = cluster_id
@@ -466,14 +472,8 @@ class Handlers:
         ahead = FETCH_AHEAD.get()
         read = await self._read_ahead(ahead, positions, budgets, committed)
         deadline = time.monotonic() + min(max(request.max_wait_ms, 0) / 1000, _FETCH_MAX_WAIT_S)
-        pause = _FETCH_POLL_S[0]
-        while read is None:
-            answer, after = await self._run(self._fetch, positions, budgets, committed)
-            if any(body for _, _, body in answer.values()) or time.monotonic() >= deadline:
-                read = answer, after
-                break
-            await asyncio.sleep(min(pause, max(deadline - time.monotonic(), 0)))
-            pause = min(pause * 2, _FETCH_POLL_S[1])
+        if read is None:
+            read = await self._await_records(positions, budgets, committed, deadline)
         fetched, following = read
         if ahead is not None and any(body for _, _, body in fetched.values()):
             # The next Fetch of a reader that is catching up asks for what follows this answer:
@@ -507,6 +507,38 @@ class Handlers:
                 for name, parts in _per_partition(request.topics, "topic", "partitions", partition)
             ],
         )
+
+    async def _await_records(
+        self,
+        positions: dict[tuple[str, int], int],
+        budgets: dict[tuple[str, int], int],
+        committed: bool,
+        deadline: float,
+    ) -> tuple[dict[tuple[str, int], Any], dict[tuple[str, int], int]]:
+        """Read until there are records or ``deadline`` passes (Kafka's purgatory for a Fetch):
+        woken by a write to one of the partitions once the wait is registered in the store
+        (:mod:`oncelog.broker.wakeups`), and looking again on a timer whatever comes."""
+        pause = _FETCH_POLL_S[0]
+        waited = False
+        with self._wakeups.waiter() as waiter:
+            while True:
+                started = time.monotonic()
+                answer, after = await self._run(self._fetch, positions, budgets, committed)
+                if any(body for _, _, body in answer.values()) or time.monotonic() >= deadline:
+                    return answer, after
+                if not waiter.registered:
+                    await waiter.register(positions, committed)
+                    continue  # look once more: a write that committed before the registration woke nobody
+                if not waited:
+                    waited = True
+                    logger.debug("a Fetch of %s waits for a wake-up", sorted(positions))
+                if await waiter.wait(min(pause, max(deadline - time.monotonic(), 0))):
+                    logger.debug("a Fetch of %s woken", sorted(positions))
+                    # Any role may NOTIFY: however often it is woken, a Fetch looks at most once
+                    # per 5 ms, as oncelog's Consumer does.
+                    await asyncio.sleep(max(started + _WAKE_SPACING_S - time.monotonic(), 0))
+                else:
+                    pause = min(pause * 2, _FETCH_POLL_S[1])
 
     async def _read_ahead(
         self,

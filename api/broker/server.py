@@ -42,6 +42,7 @@ from oncelog.broker.groups import GroupHandlers
 from oncelog.broker.handlers import Handlers
 from oncelog.broker.inbox import Inbox
 from oncelog.broker.replicas import ReplicaHandlers
+from oncelog.broker.wakeups import FetchWakeups
 from oncelog.errors import ConfigurationError
 from oncelog.producer_store import DatabaseStore
 from oncelog.store import create_engine
@@ -140,6 +141,8 @@ class Broker:
         # its answers, and the NOTIFY goes out on a thread and connection of the broker's own,
         # after the write committed. Any role may NOTIFY, so the broker's role sends them all.
         self._waker = ReaderWaker(DatabaseStore(self._engine.default.connect), request_timeout=_WAKE_TIMEOUT_S)
+        # And the Fetches waiting for records are woken by those NOTIFYs, whoever wrote.
+        self._wakeups = FetchWakeups(self._engine.default)
         self._server: asyncio.Server | None = None
         self._handlers: Handlers | None = None
         self._dispatch: dict[int, Callable[[Any, Any], Awaitable[Any]]] = {}
@@ -170,6 +173,7 @@ class Broker:
             self._run,
             auto_create_partitions=self._auto_create,
             wake=self._waker.wake,
+            wakeups=self._wakeups,
         )
         h = self._handlers
         g, t = GroupHandlers(self._engine, h.node, self._run), h.transactions
@@ -259,6 +263,7 @@ class Broker:
                 await self._server.wait_closed()
         self._pool.shutdown(wait=True, cancel_futures=True)
         await asyncio.to_thread(self._waker.close, _WAKE_TIMEOUT_S)  # what is pending, then its thread
+        await asyncio.to_thread(self._wakeups.close)
         if self._principals is not None:
             self._principals.close()
 

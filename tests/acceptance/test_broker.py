@@ -73,6 +73,7 @@ from kafka.record.util import calc_crc32c
 
 import oncelog
 from oncelog.broker import API_RANGES
+from oncelog.broker import handlers as broker_handlers
 from oncelog.broker.auth import Principals
 from oncelog.store import create_engine, groups, log
 from oncelog.store.records import FetchedRecord
@@ -566,13 +567,14 @@ def test_a_client_that_drops_its_connection_mid_pipeline_is_let_go(
         assert values == sent[: len(values)]
 
 
-def _fetch_request(partition: int, offset: int, budget: int, *, isolation: int) -> Any:
-    """A Fetch (v11, no wait) of one partition of TOPIC from ``offset``, ``budget`` bytes at most."""
+def _fetch_request(partition: int, offset: int, budget: int, *, isolation: int, max_wait_ms: int = 0) -> Any:
+    """A Fetch (v11, no wait unless ``max_wait_ms``) of one partition of TOPIC from ``offset``,
+    ``budget`` bytes at most."""
     fetch_topic = FetchRequest.FetchTopic
     return FetchRequest(
         version=11,
         replica_id=-1,
-        max_wait_ms=0,
+        max_wait_ms=max_wait_ms,
         min_bytes=0,
         max_bytes=50 * 1024 * 1024,
         isolation_level=isolation,
@@ -600,7 +602,12 @@ def _fetch_request(partition: int, offset: int, budget: int, *, isolation: int) 
 def _fetch_values(wire: _Wire, partition: int, offset: int, budget: int, *, isolation: int = 1) -> list[bytes]:
     """The values of one Fetch (read_committed unless ``isolation`` says) of ``partition`` from ``offset``."""
     request = _fetch_request(partition, offset, budget, isolation=isolation)
-    (answer,) = wire.call(request, FetchResponse).responses[0].partitions
+    return _values_of(wire.call(request, FetchResponse))
+
+
+def _values_of(response: Any) -> list[bytes]:
+    """The values of a one-partition Fetch's answer."""
+    (answer,) = response.responses[0].partitions
     assert answer.error_code == 0
     records = MemoryRecords(bytes(answer.records or b""))
     values = []
@@ -652,6 +659,44 @@ def test_a_fetch_read_ahead_answers_only_the_fetch_it_was_read_for(
         assert _fetch_values(wire, 1, 10, budget) == values[10:]
     finally:
         wire.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_waiting_fetch_is_woken_by_a_write_whoever_wrote_it(
+    db_url: str, broker: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty Fetch registers its wait in the store and is woken by the writer's NOTIFY: an
+    oncelog Producer's, or the broker's own for a Kafka client's Produce. The Fetch's own timer
+    is set past its max_wait, so before its end only a wake-up can answer it with the record."""
+    monkeypatch.setattr(broker_handlers, "_FETCH_POLL_S", (60.0, 60.0))
+    caplog.set_level(logging.DEBUG, logger="oncelog.broker.handlers")
+
+    def count(text: str) -> int:
+        return sum(text in r.getMessage() for r in caplog.records)
+
+    def waiting_fetch(partition: int, isolation: int) -> None:
+        before = count("waits for a wake-up")
+        wire.send(_fetch_request(partition, 0, 1 << 20, isolation=isolation, max_wait_ms=30_000))
+        deadline = time.monotonic() + 30
+        while count("waits for a wake-up") == before and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert count("waits for a wake-up") == before + 1, "the Fetch registered its wait and waits"
+
+    wire, other = _Wire(broker), _Wire(broker)
+    try:
+        waiting_fetch(0, isolation=1)
+        with oncelog.Producer(db_url) as producer:
+            producer.send(TOPIC, b"from-oncelog", partition=0).result(30)
+        assert _values_of(wire.answer(FetchResponse, 11)[1]) == [b"from-oncelog"]
+        assert count("woken") == 1
+        waiting_fetch(1, isolation=0)
+        ident = other.init_producer_id()
+        assert _produce(other, _batch(ident.producer_id, ident.producer_epoch, 0, [b"from-kafka"]), 1).error_code == 0
+        assert _values_of(wire.answer(FetchResponse, 11)[1]) == [b"from-kafka"]
+        assert count("woken") == 2
+    finally:
+        wire.close()
+        other.close()
 
 
 @pytest.mark.timeout(180)
