@@ -91,11 +91,11 @@ class Handlers:
         *,
         cluster_id: str = "oncelog",
         auto_create_partitions: int | None = None,
+        wakeups: FetchWakeups,
         wake: Callable[[Iterable[str]], None] | None = None,
-        wakeups: FetchWakeups | None = None,
     ) -> None:
         self._db = database
-        self._wakeups = wakeups or FetchWakeups(database.default)
+        self._wakeups = wakeups
         self.node = node
         self._run = run
         self._cluster_id = cluster_id
@@ -518,7 +518,7 @@ class Handlers:
         """Read until there are records or ``deadline`` passes (Kafka's purgatory for a Fetch):
         woken by a write to one of the partitions once the wait is registered in the store
         (:mod:`oncelog.broker.wakeups`), and looking again on a timer whatever comes."""
-        pause = _FETCH_POLL_S[0]
+        pause, spacing = _FETCH_POLL_S[0], _WAKE_SPACING_S
         waited = False
         with self._wakeups.waiter() as waiter:
             while True:
@@ -527,7 +527,10 @@ class Handlers:
                 if any(body for _, _, body in answer.values()) or time.monotonic() >= deadline:
                     return answer, after
                 if not waiter.registered:
-                    await waiter.register(positions, committed)
+                    # Only partitions the client may read and that exist: no writer is made to
+                    # wake this Fetch for a partition it was refused.
+                    readable = [tp for tp, (code, _, _) in answer.items() if code == NONE]
+                    await waiter.register(readable, committed, deadline - time.monotonic())
                     continue  # look once more: a write that committed before the registration woke nobody
                 if not waited:
                     waited = True
@@ -535,8 +538,11 @@ class Handlers:
                 if await waiter.wait(min(pause, max(deadline - time.monotonic(), 0))):
                     logger.debug("a Fetch of %s woken", sorted(positions))
                     # Any role may NOTIFY: however often it is woken, a Fetch looks at most once
-                    # per 5 ms, as oncelog's Consumer does.
-                    await asyncio.sleep(max(started + _WAKE_SPACING_S - time.monotonic(), 0))
+                    # per 5 ms, as oncelog's Consumer does, and a wake-up after which it found
+                    # nothing (a flood, or writes it may not see yet) doubles that spacing, up to
+                    # its timer's longest pause.
+                    await asyncio.sleep(max(started + spacing - time.monotonic(), 0))
+                    spacing = min(spacing * 2, _FETCH_POLL_S[1])
                 else:
                     pause = min(pause * 2, _FETCH_POLL_S[1])
 

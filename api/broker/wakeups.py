@@ -32,6 +32,7 @@ import sqlalchemy as sa
 from oncelog import errors
 from oncelog.store import log
 from oncelog.store.engine import bounded, set_request_timeout
+from oncelog.store.errors import mapped_errors
 
 __all__ = ["REGISTRATION_MS", "FetchWakeups", "Waiter"]
 
@@ -50,6 +51,9 @@ _SLICE_S = 0.02
 _REGISTER_TIMEOUT_S = 5.0
 #: After the session failed (the database away), how long before it tries again.
 _RETRY_S = 1.0
+#: The most registrations kept answered on the event loop (each names its partitions): a client
+#: that asks for ever other partition sets must not grow the broker without end.
+_KEPT_MAX = 1024
 
 _Key = tuple[frozenset[tuple[str, int]], bool]
 #: A registration's tokens, and the session it was made on (None: not made, do not keep it).
@@ -65,12 +69,23 @@ class Waiter:
         self._tokens: frozenset[str] = frozenset()
         self.registered = False
 
-    async def register(self, partitions: Iterable[tuple[str, int]], read_committed: bool) -> None:
-        """Register the wait (or find it registered); from then on a write to one of the
-        partitions sets this waiter. Look once more after it: a write that committed before the
-        registration woke nobody."""
+    async def register(self, partitions: Iterable[tuple[str, int]], read_committed: bool, timeout: float) -> None:
+        """Register the wait (or find it registered), for ``timeout`` seconds at most (the
+        Fetch's deadline: a registration queued behind others must not hold its answer back);
+        from then on a write to one of the partitions sets this waiter. Look once more after it:
+        a write that committed before the registration woke nobody. Without a registration the
+        Fetch waits on its timer alone."""
         self.registered = True
-        self._tokens = await self._wakeups.register(frozenset(partitions), read_committed)
+        wanted = frozenset(partitions)
+        if not wanted:
+            return
+        try:
+            # Shielded: a registration cut short by this deadline still completes for the next Fetch.
+            self._tokens = await asyncio.wait_for(
+                asyncio.shield(self._wakeups.register(wanted, read_committed)), max(timeout, 0.0)
+            )
+        except TimeoutError:
+            return
         self._wakeups.add(self._tokens, self._event)
 
     async def wait(self, timeout: float) -> bool:
@@ -92,7 +107,8 @@ class FetchWakeups:
 
     ``engine``: the broker's own (autocommit), so the registrations need its role to read the
     topics; without that right a Fetch waits on its timer alone. The thread starts with the
-    first registration; :meth:`close` stops it and releases the session.
+    first registration (and again, should it have ended); :meth:`close` stops it and releases
+    the session.
     """
 
     def __init__(self, engine: sa.Engine) -> None:
@@ -102,8 +118,13 @@ class FetchWakeups:
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._closing = threading.Event()
-        #: Which session LISTENs now: a registration made on an earlier one no longer wakes anyone.
+        #: Which session LISTENs now: a registration made on an earlier one may be gone (an
+        #: unlogged table does not survive a crash of the server), so it is made again.
         self._session = 0
+        # Tokens heard and not yet handed to the loop, with one hand-over scheduled at a time
+        # however many NOTIFYs arrive (any role may NOTIFY: a flood must not flood the loop).
+        self._heard: set[str] = set()
+        self._heard_lock = threading.Lock()
         # The event loop's alone (no lock): who waits on which token, and what each registration
         # is good for (its tokens), until when, on which session.
         self._waiting: dict[str, set[asyncio.Event]] = {}
@@ -123,17 +144,19 @@ class FetchWakeups:
         when it could not be: the Fetch then looks on its timer only). A registration still held
         answers at once."""
         key = (partitions, read_committed)
+        now = time.monotonic()
         kept = self._kept.get(key)
-        if kept is not None and kept[1] > time.monotonic() and kept[2] == self._session:
+        if kept is not None and kept[1] > now and kept[2] == self._session:
             return kept[0]
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
-        self._ensure_thread()
+        if not self._ensure_thread():
+            return frozenset()
         done: concurrent.futures.Future[_Answer] = concurrent.futures.Future()
         self._requests.put((key, done))
         tokens, session = await asyncio.wrap_future(done)
         if session is not None:
-            self._kept[key] = (tokens, time.monotonic() + _KEPT_S, session)
+            self._keep(key, (tokens, time.monotonic() + _KEPT_S, session))
         return tokens
 
     def add(self, tokens: frozenset[str], event: asyncio.Event) -> None:
@@ -153,18 +176,41 @@ class FetchWakeups:
     def close(self) -> None:
         """Stop the thread and release the session (registrations in flight answer empty)."""
         self._closing.set()
-        thread = self._thread
+        with self._start_lock:
+            thread = self._thread
         if thread is not None:
             thread.join(_REGISTER_TIMEOUT_S + 1)
         self._answer_all()
 
-    def _ensure_thread(self) -> None:
+    def _keep(self, key: _Key, kept: tuple[frozenset[str], float, int]) -> None:
+        self._kept[key] = kept
+        if len(self._kept) > _KEPT_MAX:
+            now = time.monotonic()
+            for old in [k for k, (_, until, session) in self._kept.items() if until <= now or session != self._session]:
+                del self._kept[old]
+            while len(self._kept) > _KEPT_MAX:  # the oldest first (a dict keeps its order)
+                del self._kept[next(iter(self._kept))]
+
+    def _ensure_thread(self) -> bool:
+        """Start the thread if it is not running; whether it runs (not once closing)."""
         with self._start_lock:
-            if self._thread is None and not self._closing.is_set():
+            if self._closing.is_set():
+                return False
+            if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="oncelog-broker-wakeups", daemon=True)
                 self._thread.start()
+            return True
 
-    def _dispatch(self, tokens: set[str]) -> None:
+    def _hear(self, tokens: set[str]) -> None:
+        with self._heard_lock:
+            first = not self._heard
+            self._heard |= tokens
+        if first and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._dispatch)
+
+    def _dispatch(self) -> None:
+        with self._heard_lock:
+            tokens, self._heard = self._heard, set()
         for token in tokens:
             for event in self._waiting.get(token, ()):
                 event.set()
@@ -176,23 +222,30 @@ class FetchWakeups:
             while not self._closing.is_set():
                 try:
                     if conn is None:
-                        conn = self._engine.connect()
-                        self._session += 1  # a new session LISTENs on nothing yet
+                        with mapped_errors():
+                            conn = self._engine.connect()
                         with bounded(conn, _REGISTER_TIMEOUT_S):
                             set_request_timeout(conn, int(_REGISTER_TIMEOUT_S * 1000))
                             channel = log.wake_channel(conn)
+                            # LISTEN at once: registrations the last session made still stand.
+                            log.fetch_wait(conn, [], read_committed=True, wait_ms=0)
                     self._serve_requests(conn)
                     tokens = log.wakeups(conn, channel, _SLICE_S)
-                    if tokens and self._loop is not None:
-                        self._loop.call_soon_threadsafe(self._dispatch, tokens)
-                except errors.OncelogError as exc:
-                    logger.debug("the broker's wake-up session failed; Fetches look on their timers: %s", exc)
+                    if tokens:
+                        self._hear(tokens)
+                except Exception as exc:  # whatever it was, the Fetches must not wait on a dead thread
+                    if isinstance(exc, errors.OncelogError):
+                        logger.debug("the broker's wake-up session failed; Fetches look on their timers: %s", exc)
+                    else:
+                        logger.warning("the broker's wake-up session failed", exc_info=True)
+                    self._session += 1  # what it registered may be gone with it
                     self._answer_all()
                     self._release(conn)
                     conn = None
                     self._closing.wait(_RETRY_S)
         finally:
             self._release(conn)
+            self._answer_all()
 
     def _serve_requests(self, conn: sa.Connection) -> None:
         while True:
@@ -200,14 +253,18 @@ class FetchWakeups:
                 key, done = self._requests.get_nowait()
             except queue.Empty:
                 return
+            if not done.set_running_or_notify_cancel():
+                continue  # its Fetch is gone
             try:
-                done.set_result(self._register(conn, key))
+                answer = self._register(conn, key)
             except BaseException:
                 done.set_result((frozenset(), None))
                 raise
+            done.set_result(answer)
 
     def _register(self, conn: sa.Connection, key: _Key) -> _Answer:
         partitions, read_committed = key
+        session = self._session
         try:
             with bounded(conn, _REGISTER_TIMEOUT_S):
                 registration = log.fetch_wait(
@@ -219,16 +276,17 @@ class FetchWakeups:
             # Refused (the broker's role may not read a topic): those Fetches use their timers,
             # and ask again once this answer lapses, in case the right was granted meanwhile.
             logger.debug("no wake-ups for %s: %s", sorted(partitions), exc)
-            return frozenset(), self._session
-        return registration.tokens, self._session
+            return frozenset(), session
+        return registration.tokens, session
 
     def _answer_all(self) -> None:
+        """Answer every registration still queued: empty, not kept (their Fetches use timers)."""
         while True:
             try:
                 _, done = self._requests.get_nowait()
             except queue.Empty:
                 return
-            if not done.done():
+            if done.set_running_or_notify_cancel():
                 done.set_result((frozenset(), None))
 
     @staticmethod

@@ -17,6 +17,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -697,6 +698,48 @@ def test_a_waiting_fetch_is_woken_by_a_write_whoever_wrote_it(
     finally:
         wire.close()
         other.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_flood_of_wake_ups_costs_a_waiting_fetch_few_looks(
+    db_url: str, broker: str, engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any role may NOTIFY the channel: a stranger floods it with the token of the partition a
+    Fetch waits on. Counted, not timed: the Fetch looks at most once per 5 ms, and each look that
+    finds nothing doubles that spacing, so a one-second wait costs a handful of looks, not one per
+    NOTIFY."""
+    looks = [0]
+    real = broker_handlers.Handlers._fetch
+
+    def counting(self: Any, *args: Any) -> Any:
+        looks[0] += 1
+        return real(self, *args)
+
+    monkeypatch.setattr(broker_handlers.Handlers, "_fetch", counting)
+    with engine.connect() as conn:
+        topic_id = conn.exec_driver_sql(f"SELECT topic_id FROM topics WHERE name = '{TOPIC}'").scalar_one()
+    token = f"{topic_id}:0"
+    stop = threading.Event()
+
+    def flood() -> None:
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            channel = log.wake_channel(conn)
+            while not stop.is_set():
+                log.wake_readers(conn, channel, [token])
+
+    flooding = threading.Thread(target=flood)
+    flooding.start()
+    wire = _Wire(broker)
+    try:
+        wire.send(_fetch_request(0, 0, 1 << 20, isolation=1, max_wait_ms=1000))
+        assert _values_of(wire.answer(FetchResponse, 11)[1]) == []
+    finally:
+        stop.set()
+        flooding.join(30)
+        wire.close()
+    # 5, 10, 20, 40, 80 ms, then 100 ms apart: about 14 looks in the second, with the two before
+    # the wait (the first, and the one after registering); one per NOTIFY would be thousands.
+    assert looks[0] <= 20, looks[0]
 
 
 @pytest.mark.timeout(180)
