@@ -131,6 +131,7 @@ REVOKE ALL ON FUNCTION set_acl_enforcement_v1(boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION set_acl_enforcement_v1(boolean) TO oncelog_admin;
 REVOKE ALL ON FUNCTION topic_config_v1(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION topic_config_v1(jsonb) TO oncelog_admin;
+REVOKE ALL ON FUNCTION txn_abort_notify_v1(bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION txn_abort_waiters_v1(bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION txn_check_v1(text, bigint, smallint, bigint, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION txn_check_v2(text, bigint, smallint, bigint, boolean, boolean) FROM PUBLIC;

@@ -267,9 +267,10 @@ BEGIN
     outcome := end_txn_v1(p_transactional_id, p_producer_id, p_epoch, p_txn_number, p_commit);
     IF outcome = 'committed' THEN
         wake := txn_waiters_v1(p_producer_id, p_txn_number);
-    ELSIF outcome IN ('aborted', 'aborted_timed_out') THEN
+    ELSIF outcome = 'aborted' THEN
         -- An abort shows none of its records, but it stops holding its partitions' last stable
-        -- offsets back (revision 0041): what committed behind it becomes readable at once.
+        -- offsets back (revision 0041): what committed behind it becomes readable at once. (One
+        -- past its timeout was a fence, which woke them itself: txn_fence_abort_v1.)
         wake := txn_abort_waiters_v1(p_producer_id, p_txn_number);
     END IF;
 END
@@ -553,15 +554,18 @@ AS $fn$
 DECLARE
     pr producers%ROWTYPE;
     v_pid bigint;
+    v_number bigint;
 BEGIN
     SELECT p.* INTO pr FROM producers p JOIN transactions t ON t.producer_id = p.producer_id
     WHERE t.transactional_id = p_transactional_id;
+    SELECT t.txn_number INTO v_number FROM transactions t WHERE t.transactional_id = p_transactional_id;
     IF pr.epoch < 32767 THEN
         -- 32767 itself is Kafka's fencing epoch: reachable by a fence, never handed to a producer.
         UPDATE producers p
         SET epoch = pr.epoch + 1, last_epoch = CASE WHEN p_recoverable THEN pr.epoch END, last_used_at = now()
         WHERE p.producer_id = pr.producer_id;
         PERFORM txn_complete_v1(p_transactional_id, false);
+        PERFORM txn_abort_notify_v1(pr.producer_id, v_number);
     ELSE
         -- No epoch left to fence with: abort, then retire the producer id itself (its holder then
         -- gets INVALID_PRODUCER_ID_MAPPING). One update for state and id: one journalled transition.
@@ -569,6 +573,7 @@ BEGIN
         -- init_transactional_producer_id_v1 answers no retry with the new id. The new id stays
         -- with the principal that held the old one.
         PERFORM txn_complete_v1(p_transactional_id, false);
+        PERFORM txn_abort_notify_v1(pr.producer_id, v_number);
         UPDATE producers p SET transactional_id = NULL, last_epoch = NULL WHERE p.producer_id = pr.producer_id;
         INSERT INTO producers AS p (transactional_id, owner) VALUES (p_transactional_id, pr.owner)
         RETURNING p.producer_id INTO v_pid;
@@ -578,7 +583,7 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION txn_fence_abort_v1(p_transactional_id text, p_recoverable boolean) IS
-  'Internal: bumps the epoch of a transactional id (fencing its holder) and aborts its open transaction.';
+  'Internal: bumps the epoch of a transactional id (fencing its holder) and aborts its open transaction, waking the read_committed readers waiting on its partitions (txn_abort_notify_v1).';
 
 CREATE OR REPLACE FUNCTION txn_transition_v1()
  RETURNS trigger

@@ -165,17 +165,39 @@ def test_an_abort_wakes_the_read_committed_readers_of_the_partitions_it_held_bac
         ) == ("already_aborted", []), "a retry of the abort wakes nobody again"
 
 
-def test_an_abort_past_the_timeout_wakes_the_readers_too(
+def test_an_abort_past_the_timeout_fences_and_wakes_the_readers_itself(
     writer: Principal, reader: Principal, engine: sa.Engine
 ) -> None:
     pid, epoch, n = _open_txn(writer, "tx", [2], timeout_ms=1)
     with reader.engine.connect() as listening:
-        log.fetch_wait(listening, [(TOPIC, 2)], read_committed=True, wait_ms=60_000)
+        registration = log.fetch_wait(listening, [(TOPIC, 2)], read_committed=True, wait_ms=60_000)
         time.sleep(0.01)  # past the 1 ms timeout: the abort fences as it aborts
         outcome, wake = writer.call(
             txn.end_txn_waking, transactional_id="tx", producer_id=pid, epoch=epoch, txn_number=n, commit=False
         )
-        assert (outcome, wake) == ("aborted_timed_out", [_token_of(engine, 2)])
+        # A fence notifies from inside its own transaction (txn_fence_abort_v1): no token to send.
+        assert (outcome, wake) == ("aborted_timed_out", [])
+        assert _woken(listening, registration, WAIT)
+
+
+def test_a_new_instance_fencing_the_old_ones_transaction_wakes_the_readers(
+    writer: Principal, reader: Principal
+) -> None:
+    _open_txn(writer, "tx", [0])
+    with reader.engine.connect() as listening:
+        registration = log.fetch_wait(listening, [(TOPIC, 0)], read_committed=True, wait_ms=60_000)
+        writer.call(txn.init_producer_id, transactional_id="tx", transaction_timeout_ms=60_000)  # the new instance
+        assert _woken(listening, registration, WAIT)
+
+
+def test_expiry_of_a_transaction_past_its_timeout_wakes_the_readers(writer: Principal, reader: Principal) -> None:
+    _open_txn(writer, "tx", [3], timeout_ms=1)
+    with reader.engine.connect() as listening:
+        registration = log.fetch_wait(listening, [(TOPIC, 3)], read_committed=True, wait_ms=60_000)
+        time.sleep(0.01)  # past the 1 ms timeout
+        assert reader.call(txn.expire_transactions) == 1, "a reader that meets it aborts it"
+        assert _woken(listening, registration, WAIT)
+        assert not _woken(listening, registration, 0.2), "once"
 
 
 def test_an_abort_that_wrote_nothing_here_wakes_nobody(writer: Principal, reader: Principal) -> None:

@@ -1,3 +1,5 @@
+DROP FUNCTION txn_abort_notify_v1(bigint, bigint);
+
 DROP FUNCTION txn_abort_waiters_v1(bigint, bigint);
 
 CREATE OR REPLACE FUNCTION end_txn_v2(p_transactional_id text, p_producer_id bigint, p_epoch smallint, p_txn_number bigint, p_commit boolean, OUT outcome text, OUT wake text[])
@@ -103,6 +105,43 @@ $function$;
 COMMENT ON FUNCTION txn_check_v2(text, bigint, smallint, bigint, boolean, boolean) IS 'Internal: locks and validates a transactional call (producer id, epoch, transaction number, timeout); opens transaction N after N-1 when asked. The transactions row is held FOR UPDATE, or FOR SHARE for an append (p_append) to a transaction already open, so that one transaction''s appends to different partitions run side by side.';
 
 REVOKE ALL ON FUNCTION txn_check_v2(text, bigint, smallint, bigint, boolean, boolean) FROM PUBLIC, @schema@_reader, @schema@_client, @schema@_admin;
+
+CREATE OR REPLACE FUNCTION txn_fence_abort_v1(p_transactional_id text, p_recoverable boolean)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    pr producers%ROWTYPE;
+    v_pid bigint;
+BEGIN
+    SELECT p.* INTO pr FROM producers p JOIN transactions t ON t.producer_id = p.producer_id
+    WHERE t.transactional_id = p_transactional_id;
+    IF pr.epoch < 32767 THEN
+        -- 32767 itself is Kafka's fencing epoch: reachable by a fence, never handed to a producer.
+        UPDATE producers p
+        SET epoch = pr.epoch + 1, last_epoch = CASE WHEN p_recoverable THEN pr.epoch END, last_used_at = now()
+        WHERE p.producer_id = pr.producer_id;
+        PERFORM txn_complete_v1(p_transactional_id, false);
+    ELSE
+        -- No epoch left to fence with: abort, then retire the producer id itself (its holder then
+        -- gets INVALID_PRODUCER_ID_MAPPING). One update for state and id: one journalled transition.
+        -- The retired id remembers no identity (revision 0017): nobody asked for this move, so
+        -- init_transactional_producer_id_v1 answers no retry with the new id. The new id stays
+        -- with the principal that held the old one.
+        PERFORM txn_complete_v1(p_transactional_id, false);
+        UPDATE producers p SET transactional_id = NULL, last_epoch = NULL WHERE p.producer_id = pr.producer_id;
+        INSERT INTO producers AS p (transactional_id, owner) VALUES (p_transactional_id, pr.owner)
+        RETURNING p.producer_id INTO v_pid;
+        UPDATE transactions x SET state = 'Empty', producer_id = v_pid, prev_producer_id = pr.producer_id
+        WHERE x.transactional_id = p_transactional_id;
+    END IF;
+END
+$function$;
+
+COMMENT ON FUNCTION txn_fence_abort_v1(text, boolean) IS 'Internal: bumps the epoch of a transactional id (fencing its holder) and aborts its open transaction.';
+
+REVOKE ALL ON FUNCTION txn_fence_abort_v1(text, boolean) FROM PUBLIC, @schema@_reader, @schema@_client, @schema@_admin;
 
 CREATE OR REPLACE FUNCTION txn_gate_v1(p_transactional_id text, p_shared boolean)
  RETURNS void

@@ -1,3 +1,36 @@
+CREATE OR REPLACE FUNCTION txn_abort_notify_v1(p_producer_id bigint, p_txn_number bigint)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    v_payload text;
+BEGIN
+    -- An abort no producer asked for in this call (its timeout, a new instance fencing the old
+    -- one, expiry, an operator's abort) has nobody to hand the wake tokens to, so the NOTIFY goes
+    -- from inside this transaction and is delivered at its commit. Such aborts are rare, so the
+    -- commit's wait for the server's notification lock is rarely paid. Not on a server that can
+    -- PREPARE TRANSACTION (PostgreSQL refuses to prepare a transaction that has notified): there
+    -- the readers find the records by their own next look, as they did before revision 0041.
+    IF current_setting('max_prepared_transactions')::integer > 0 THEN
+        RETURN;
+    END IF;
+    -- Payloads of 500 tokens at most, well under PostgreSQL's 8000 bytes.
+    FOR v_payload IN
+        SELECT string_agg(c.token, ',' ORDER BY c.n)
+        FROM (SELECT u.token, u.n, (u.n - 1) / 500 AS chunk
+              FROM unnest(txn_abort_waiters_v1(p_producer_id, p_txn_number)) WITH ORDINALITY AS u(token, n)) c
+        GROUP BY c.chunk
+    LOOP
+        PERFORM pg_notify(wake_channel_v1(), v_payload);
+    END LOOP;
+END
+$function$;
+
+COMMENT ON FUNCTION txn_abort_notify_v1(bigint, bigint) IS 'Internal: wakes, with a NOTIFY delivered at this transaction''s commit, the read_committed readers waiting on the partitions of a just aborted transaction that no producer will wake (a fence or a timeout aborted it); nothing on a server that allows PREPARE TRANSACTION.';
+
+REVOKE ALL ON FUNCTION txn_abort_notify_v1(bigint, bigint) FROM PUBLIC, @schema@_reader, @schema@_client, @schema@_admin;
+
 CREATE OR REPLACE FUNCTION txn_abort_waiters_v1(p_producer_id bigint, p_txn_number bigint)
  RETURNS text[]
  LANGUAGE plpgsql
@@ -40,9 +73,10 @@ BEGIN
     outcome := end_txn_v1(p_transactional_id, p_producer_id, p_epoch, p_txn_number, p_commit);
     IF outcome = 'committed' THEN
         wake := txn_waiters_v1(p_producer_id, p_txn_number);
-    ELSIF outcome IN ('aborted', 'aborted_timed_out') THEN
+    ELSIF outcome = 'aborted' THEN
         -- An abort shows none of its records, but it stops holding its partitions' last stable
-        -- offsets back (revision 0041): what committed behind it becomes readable at once.
+        -- offsets back (revision 0041): what committed behind it becomes readable at once. (One
+        -- past its timeout was a fence, which woke them itself: txn_fence_abort_v1.)
         wake := txn_abort_waiters_v1(p_producer_id, p_txn_number);
     END IF;
 END
@@ -136,6 +170,47 @@ $function$;
 COMMENT ON FUNCTION txn_check_v2(text, bigint, smallint, bigint, boolean, boolean) IS 'Internal: locks and validates a transactional call (producer id, epoch, transaction number, timeout); opens transaction N after N-1 when asked. The transactions row is held FOR UPDATE, or FOR SHARE for an append (p_append) to a transaction already open, so that one transaction''s appends to different partitions run side by side.';
 
 REVOKE ALL ON FUNCTION txn_check_v2(text, bigint, smallint, bigint, boolean, boolean) FROM PUBLIC, @schema@_reader, @schema@_client, @schema@_admin;
+
+CREATE OR REPLACE FUNCTION txn_fence_abort_v1(p_transactional_id text, p_recoverable boolean)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    pr producers%ROWTYPE;
+    v_pid bigint;
+    v_number bigint;
+BEGIN
+    SELECT p.* INTO pr FROM producers p JOIN transactions t ON t.producer_id = p.producer_id
+    WHERE t.transactional_id = p_transactional_id;
+    SELECT t.txn_number INTO v_number FROM transactions t WHERE t.transactional_id = p_transactional_id;
+    IF pr.epoch < 32767 THEN
+        -- 32767 itself is Kafka's fencing epoch: reachable by a fence, never handed to a producer.
+        UPDATE producers p
+        SET epoch = pr.epoch + 1, last_epoch = CASE WHEN p_recoverable THEN pr.epoch END, last_used_at = now()
+        WHERE p.producer_id = pr.producer_id;
+        PERFORM txn_complete_v1(p_transactional_id, false);
+        PERFORM txn_abort_notify_v1(pr.producer_id, v_number);
+    ELSE
+        -- No epoch left to fence with: abort, then retire the producer id itself (its holder then
+        -- gets INVALID_PRODUCER_ID_MAPPING). One update for state and id: one journalled transition.
+        -- The retired id remembers no identity (revision 0017): nobody asked for this move, so
+        -- init_transactional_producer_id_v1 answers no retry with the new id. The new id stays
+        -- with the principal that held the old one.
+        PERFORM txn_complete_v1(p_transactional_id, false);
+        PERFORM txn_abort_notify_v1(pr.producer_id, v_number);
+        UPDATE producers p SET transactional_id = NULL, last_epoch = NULL WHERE p.producer_id = pr.producer_id;
+        INSERT INTO producers AS p (transactional_id, owner) VALUES (p_transactional_id, pr.owner)
+        RETURNING p.producer_id INTO v_pid;
+        UPDATE transactions x SET state = 'Empty', producer_id = v_pid, prev_producer_id = pr.producer_id
+        WHERE x.transactional_id = p_transactional_id;
+    END IF;
+END
+$function$;
+
+COMMENT ON FUNCTION txn_fence_abort_v1(text, boolean) IS 'Internal: bumps the epoch of a transactional id (fencing its holder) and aborts its open transaction, waking the read_committed readers waiting on its partitions (txn_abort_notify_v1).';
+
+REVOKE ALL ON FUNCTION txn_fence_abort_v1(text, boolean) FROM PUBLIC, @schema@_reader, @schema@_client, @schema@_admin;
 
 CREATE OR REPLACE FUNCTION txn_gate_v1(p_transactional_id text, p_shared boolean)
  RETURNS void
