@@ -59,7 +59,9 @@ class ReaderWaker:
             if self._closing:
                 return
             self._pending.update(tokens)
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():
+                # The first wake-up, or the thread ended on a failure nobody planned for: the
+                # producer's later wake-ups must not wait on a thread that is gone.
                 self._thread = threading.Thread(target=self._run, name="oncelog-reader-waker", daemon=True)
                 self._thread.start()
             self._cond.notify()
@@ -99,6 +101,12 @@ class ReaderWaker:
             # The readers look again by themselves within their poll interval: nothing is lost.
             logger.debug("could not wake the readers of %s: %s", tokens, exc)
             self._release(invalidate=not isinstance(exc, errors.RequestTimeoutError))
+            return
+        except Exception:
+            # Not the store's refusal nor a lost connection (a bug): said loudly, and the thread
+            # goes on, so the wake-ups after this one still leave.
+            logger.warning("could not wake the readers of %s", tokens, exc_info=True)
+            self._release(invalidate=True)
             return
         self._metric("reader_wakeup_total", sent)
 

@@ -69,3 +69,24 @@ def test_nothing_starts_before_the_first_wake_up_and_nothing_is_taken_after_clos
     waker.close(WAIT)
     waker.wake(["1:0"])
     assert store.calls == [] and not any(t.name == "oncelog-reader-waker" for t in threading.enumerate())
+
+
+def test_a_failure_nobody_planned_for_does_not_stop_the_wake_ups(caplog: pytest.LogCaptureFixture) -> None:
+    store = FakeStore()
+    real, tried = store.wake_readers, threading.Event()
+
+    def buggy_once(conn: object, channel: str, tokens: Sequence[str]) -> int:
+        if not tried.is_set():
+            tried.set()
+            raise RuntimeError("a bug")
+        return real(conn, channel, tokens)
+
+    store.wake_readers = buggy_once  # type: ignore[method-assign]
+    waker = ReaderWaker(store, request_timeout=1.0)
+    waker.wake(["1:0"])
+    assert tried.wait(WAIT), "the first wake-up was never tried"
+    wait_for(lambda: store.released == [True], "the connection was not discarded")
+    waker.wake(["1:1"])
+    waker.close(WAIT)
+    assert store.woken == [["1:1"]], "the next wake-up left"
+    assert "could not wake the readers" in caplog.text
