@@ -263,7 +263,13 @@ class Database:
         lost is a DatabaseUnavailableError (checkout included), which the handlers answer with
         a retriable code, not a failure of the broker that closes the client's connection."""
         with mapped_errors(), (PRINCIPAL_ENGINE.get() or self.default).connect() as conn:
-            yield conn
+            try:
+                yield conn
+            except errors.DatabaseUnavailableError:
+                # Lost (a restart, a cut): never back into the pool, whose reset of it would fail
+                # and log a traceback for every request that was on it.
+                conn.invalidate()
+                raise
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn(conn, *args, **kwargs)`` on a connection of the current principal (a store
