@@ -485,6 +485,19 @@ def _socket_fd(conn: sa.Connection) -> int | None:
 
 
 @contextlib.contextmanager
+def discarded_if_lost(conn: sa.Connection) -> Iterator[sa.Connection]:
+    """``conn`` for a block of store calls; should one of them find it lost (a
+    DatabaseUnavailableError: the server closed it, or :func:`bounded` cut it), it is
+    invalidated, so that closing it does not hand it back to the pool, whose reset of a dead
+    connection fails and logs a traceback for every request that was on one."""
+    try:
+        yield conn
+    except DatabaseUnavailableError:
+        conn.invalidate()
+        raise
+
+
+@contextlib.contextmanager
 def bounded(conn: sa.Connection, seconds: float | None) -> Iterator[None]:
     """Give up on ``conn`` after ``seconds`` (None: no bound) of the block, whatever the network does.
 

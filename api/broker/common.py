@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from oncelog import errors
+from oncelog.store.engine import discarded_if_lost
 from oncelog.store.errors import mapped_errors
 
 __all__ = [
@@ -262,14 +263,8 @@ class Database:
         """A pooled autocommit connection of the current principal. A connection refused or
         lost is a DatabaseUnavailableError (checkout included), which the handlers answer with
         a retriable code, not a failure of the broker that closes the client's connection."""
-        with mapped_errors(), (PRINCIPAL_ENGINE.get() or self.default).connect() as conn:
-            try:
-                yield conn
-            except errors.DatabaseUnavailableError:
-                # Lost (a restart, a cut): never back into the pool, whose reset of it would fail
-                # and log a traceback for every request that was on it.
-                conn.invalidate()
-                raise
+        with mapped_errors(), (PRINCIPAL_ENGINE.get() or self.default).connect() as conn, discarded_if_lost(conn):
+            yield conn
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn(conn, *args, **kwargs)`` on a connection of the current principal (a store
