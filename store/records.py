@@ -135,6 +135,21 @@ class FetchedRecord(NamedTuple):
     sequence: int | None = None
 
 
+class WireRecord(NamedTuple):
+    """One data record as a wire protocol sends it (``oncelog broker``, :func:`oncelog.store.log.
+    fetch_many_wire`): its timestamp in milliseconds since the Unix epoch, as Kafka's records
+    carry it, read from the server's binary value without building a datetime."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp_ms: int
+    producer_id: int | None
+    producer_epoch: int | None = None
+    sequence: int | None = None
+
+
 #: The record type a fetch builds: FetchedRecord, or a caller's tagged record (``fetch_many_tagged``).
 R = TypeVar("R")
 

@@ -122,7 +122,7 @@ from kafka.protocol.sasl import (
 
 from oncelog.broker.inflate import Corrupt, TooLarge, inflate
 from oncelog.errors import InvalidRecordError
-from oncelog.store.records import FetchedRecord, RecordColumns, encode_headers
+from oncelog.store.records import RecordColumns, WireRecord, encode_headers
 
 __all__ = [
     "REQUEST_CLASSES",
@@ -395,7 +395,7 @@ def _at(buffer: bytearray, base_offset: int) -> bytearray:
     return buffer
 
 
-def fetched_batches(records: Sequence[FetchedRecord]) -> bytes:
+def fetched_batches(records: Sequence[WireRecord]) -> bytes:
     """``records`` (ascending offsets) as v2 batches: one per run of consecutive offsets written
     by one producer id and epoch, carrying that producer's state as Kafka's log does. The batches
     are not marked transactional: the store returns only what the reader may see."""
@@ -414,7 +414,7 @@ def fetched_batches(records: Sequence[FetchedRecord]) -> bytes:
     return bytes(out)
 
 
-def _batch(run: Sequence[FetchedRecord]) -> bytearray:
+def _batch(run: Sequence[WireRecord]) -> bytearray:
     first = run[0]
     sequenced = first.producer_id is not None and first.sequence is not None
     builder = RecordBatchBuilder(
@@ -426,14 +426,9 @@ def _batch(run: Sequence[FetchedRecord]) -> bytearray:
         base_sequence=first.sequence if sequenced else -1,
         batch_size=2**31 - 1,
     )
-    # One conversion per distinct timestamp: a batch's records were mostly stamped alike.
-    last_at: datetime | None = None
-    ms = 0
     base = first.offset
     for r in run:
-        if r.timestamp != last_at:
-            last_at, ms = r.timestamp, int(r.timestamp.timestamp() * 1000)
-        builder.append(r.offset - base, ms, r.key, r.value, list(r.headers))
+        builder.append(r.offset - base, r.timestamp_ms, r.key, r.value, list(r.headers))
     return _at(builder.build(), base)
 
 

@@ -44,7 +44,7 @@ from oncelog.broker.common import (
 from oncelog.broker.txns import TxnHandlers
 from oncelog.broker.wakeups import FetchWakeups
 from oncelog.store import log, topics, txn
-from oncelog.store.records import MAX_BATCHES_PER_REQUEST, FetchedRecord, PartitionFetch, ProduceBatch, ProduceResult
+from oncelog.store.records import MAX_BATCHES_PER_REQUEST, PartitionFetch, ProduceBatch, ProduceResult, WireRecord
 
 __all__ = ["Handlers"]
 
@@ -578,9 +578,9 @@ class Handlers:
         most = max(1, min(_FETCH_MAX_RECORDS, max(budgets.values(), default=0) // 1024))
         try:
             with self._db.connect() as conn:
-                seen = log.fetch_many(conn, positions, max_records=most, read_committed=committed)
+                seen = log.fetch_many_wire(conn, positions, max_records=most, read_committed=committed)
                 if any(f.expired_transaction for f in seen.values()) and txn.expire_transactions(conn):
-                    seen = log.fetch_many(conn, positions, max_records=most, read_committed=committed)
+                    seen = log.fetch_many_wire(conn, positions, max_records=most, read_committed=committed)
         except errors.OncelogError as exc:
             return {tp: (error_code(exc), None, b"") for tp in positions}, dict(positions)
         out: _Answer = {}
@@ -611,7 +611,7 @@ class Handlers:
 
 
 #: A Fetch's answer per partition: (error code, what the store saw, the record set to send).
-_Answer = dict[tuple[str, int], tuple[int, PartitionFetch[FetchedRecord] | None, bytes]]
+_Answer = dict[tuple[str, int], tuple[int, PartitionFetch[WireRecord] | None, bytes]]
 
 
 def _fetch_key(
@@ -629,7 +629,7 @@ def _per_partition(
     return [(getattr(t, name), [answer(getattr(t, name), p) for p in getattr(t, parts)]) for t in topics]
 
 
-def _within(records: list[FetchedRecord], budget: int) -> list[FetchedRecord]:
+def _within(records: list[WireRecord], budget: int) -> list[WireRecord]:
     """The first records of ``records`` that fit ``budget`` bytes (at least one, as Kafka sends
     a record larger than the budget alone so that a reader is never stuck)."""
     used = 0

@@ -7,7 +7,9 @@ from the server side and break a deserializer mid-poll, and check that nothing i
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ import sqlalchemy as sa
 
 from oncelog import Admin, Consumer, Producer, TopicPartition, errors
 from oncelog.store import log
+from oncelog.store.records import ProduceBatch, RecordIn, WireRecord
 
 
 @pytest.fixture
@@ -174,3 +177,40 @@ def test_a_failing_deserializer_moves_no_position(db_url: str, admin: Admin) -> 
         assert {tp: consumer.position(tp) for tp in tps} == before
         consumer.seek(TopicPartition("t", 1), 2)
         assert [(r.partition, r.offset, r.value) for r in consumer.poll(1.0)] == [(0, 0, "good")]
+
+
+def test_the_wire_fetch_reads_what_fetch_many_reads_with_timestamps_in_milliseconds(
+    db_url: str, engine: sa.Engine, admin: Admin
+) -> None:
+    # Timestamps before 2000 (a negative count on PostgreSQL's own epoch), after it, with
+    # sub-millisecond parts, and the server's own.
+    admin.create_topic("wire", partitions=2)
+    _fill(db_url, "wire", 2, 4)
+    stamps = [
+        datetime(1970, 1, 1, 0, 0, 0, 1000, UTC),
+        datetime(1999, 12, 31, 23, 59, 59, 999_500, UTC),
+        datetime(2000, 1, 1, tzinfo=UTC),
+        datetime(2026, 11, 28, 12, 0, 0, 123_456, UTC),
+    ]
+    with engine.connect() as conn:
+        log.produce_batches(
+            conn, batches=[ProduceBatch("wire", 1, None, [RecordIn(b"t", timestamp=t) for t in stamps])]
+        )
+        conn.commit()
+        for read_committed in (True, False):
+            positions = {("wire", 0): 0, ("wire", 1): 0}
+            plain = log.fetch_many(conn, positions, max_records=100, read_committed=read_committed)
+            wire = log.fetch_many_wire(conn, positions, max_records=100, read_committed=read_committed)
+            assert plain.keys() == wire.keys()
+            for tp, fetched in plain.items():
+                got = wire[tp]
+                assert dataclasses.replace(got, records=[]) == dataclasses.replace(fetched, records=[])
+                assert [r._replace(timestamp_ms=0) for r in got.records] == [
+                    WireRecord(*r[:4], 0, *r[5:]) for r in fetched.records
+                ]
+                # Kafka's milliseconds: the datetime's, rounded down.
+                assert [r.timestamp_ms for r in got.records] == [
+                    (r.timestamp - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
+                    for r in fetched.records
+                ]
+            assert len(wire[("wire", 1)].records) >= len(stamps)

@@ -11,7 +11,7 @@ import json
 import struct
 import tracemalloc
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import cramjam
 import pytest
@@ -22,7 +22,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from kafka.record.util import calc_crc32c
 
 from oncelog.broker.codec import BadBatch, commit_marker, fetched_batches, parse_produced
-from oncelog.store.records import FetchedRecord, decode_headers
+from oncelog.store.records import WireRecord, decode_headers
 
 CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, INVALID_TIMESTAMP, INVALID_RECORD = 2, 10, 32, 87
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -94,14 +94,14 @@ def test_a_batch_without_a_producer_id_goes_in_as_not_idempotent() -> None:
 
 
 def test_fetched_records_decode_as_kafka_writes_them() -> None:
-    at = datetime.fromtimestamp(NOW_MS / 1000, UTC)
+    at = NOW_MS
     fetched = [
-        FetchedRecord(10, b"a", b"1", (), at, 7, 3, 40),
-        FetchedRecord(11, None, b"2", (("h", b"x"), ("n", None)), at + timedelta(milliseconds=3), 7, 3, 41),
+        WireRecord(10, b"a", b"1", (), at, 7, 3, 40),
+        WireRecord(11, None, b"2", (("h", b"x"), ("n", None)), at + 3, 7, 3, 41),
         # an offset gap (a marker or an aborted record left out) starts a new batch
-        FetchedRecord(13, b"c", None, (), at, 7, 3, 42),
+        WireRecord(13, b"c", None, (), at, 7, 3, 42),
         # another producer starts a new batch; a record without a sequence gets none
-        FetchedRecord(14, b"d", b"4", (), at, None),
+        WireRecord(14, b"d", b"4", (), at, None),
     ]
     records = MemoryRecords(fetched_batches(fetched))
     seen: list[tuple[int, int, int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]], int]] = []
