@@ -398,26 +398,28 @@ def _at(buffer: bytearray, base_offset: int) -> bytearray:
 def fetched_batches(records: Sequence[WireRecord]) -> bytes:
     """``records`` (ascending offsets) as v2 batches: one per run of consecutive offsets written
     by one producer id and epoch, carrying that producer's state as Kafka's log does. The batches
-    are not marked transactional: the store returns only what the reader may see."""
+    are not marked transactional: the store returns only what the reader may see. One pass: a
+    record that does not continue the run closes its batch and starts the next."""
     out = bytearray()
-    start = 0
-    for i in range(1, len(records) + 1):
-        if i < len(records):
-            prev, rec = records[i - 1], records[i]
-            if rec.offset == prev.offset + 1 and (rec.producer_id, rec.producer_epoch) == (
-                prev.producer_id,
-                prev.producer_epoch,
-            ):
-                continue
-        out += _batch(records[start:i])
-        start = i
+    builder: Any = None
+    base = following = 0
+    producer: tuple[int | None, int | None] = (None, None)
+    for r in records:
+        if builder is None or r.offset != following or (r.producer_id, r.producer_epoch) != producer:
+            if builder is not None:
+                out += _at(builder.build(), base)
+            builder, base, producer = _builder(r), r.offset, (r.producer_id, r.producer_epoch)
+        builder.append(r.offset - base, r.timestamp_ms, r.key, r.value, list(r.headers))
+        following = r.offset + 1
+    if builder is not None:
+        out += _at(builder.build(), base)
     return bytes(out)
 
 
-def _batch(run: Sequence[WireRecord]) -> bytearray:
-    first = run[0]
+def _builder(first: WireRecord) -> Any:
+    """A batch builder carrying the state of ``first``'s producer (its sequence, if it has one)."""
     sequenced = first.producer_id is not None and first.sequence is not None
-    builder = RecordBatchBuilder(
+    return RecordBatchBuilder(
         magic=2,
         compression_type=0,
         is_transactional=0,
@@ -426,10 +428,6 @@ def _batch(run: Sequence[WireRecord]) -> bytearray:
         base_sequence=first.sequence if sequenced else -1,
         batch_size=2**31 - 1,
     )
-    base = first.offset
-    for r in run:
-        builder.append(r.offset - base, r.timestamp_ms, r.key, r.value, list(r.headers))
-    return _at(builder.build(), base)
 
 
 def commit_marker(offset: int, timestamp_ms: int) -> bytes:
