@@ -266,6 +266,12 @@ class Database:
         with mapped_errors(), (PRINCIPAL_ENGINE.get() or self.default).connect() as conn, discarded_if_lost(conn):
             yield conn
 
+    def own_connection(self) -> sa.Connection:
+        """A connection of the broker's own role that its caller keeps (the waker's, the
+        wake-up session's) and closes; a refused one is a DatabaseUnavailableError."""
+        with mapped_errors():
+            return self.default.connect()
+
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn(conn, *args, **kwargs)`` on a connection of the current principal (a store
         function; the broker runs this on a thread)."""

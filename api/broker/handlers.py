@@ -92,7 +92,7 @@ class Handlers:
         cluster_id: str = "oncelog",
         auto_create_partitions: int | None = None,
         wakeups: FetchWakeups,
-        wake: Callable[[Iterable[str]], None] | None = None,
+        wake: Callable[[Iterable[str]], None],
     ) -> None:
         self._db = database
         self._wakeups = wakeups
@@ -100,8 +100,8 @@ class Handlers:
         self._run = run
         self._cluster_id = cluster_id
         self._auto_create = auto_create_partitions
-        self._wake = wake or (lambda tokens: None)
-        self.transactions = TxnHandlers(database, node, run, wake=self._wake)
+        self._wake = wake
+        self.transactions = TxnHandlers(database, node, run, wake=wake)
 
     # --- ApiVersions, Metadata ---------------------------------------------------------------------
 

@@ -47,7 +47,6 @@ from oncelog.errors import ConfigurationError
 from oncelog.producer_store import DatabaseStore
 from oncelog.store import create_engine
 from oncelog.store.engine import DEFAULT_SCHEMA
-from oncelog.store.errors import mapped_errors
 from oncelog.waker import ReaderWaker
 
 __all__ = ["Broker", "Listener", "parse_listener", "serve_in_thread"]
@@ -141,18 +140,13 @@ class Broker:
         # readers") are woken as oncelog's Producer wakes them: the store names their partitions in
         # its answers, and the NOTIFY goes out on a thread and connection of the broker's own,
         # after the write committed. Any role may NOTIFY, so the broker's role sends them all.
-        self._waker = ReaderWaker(DatabaseStore(self._waker_connection), request_timeout=_WAKE_TIMEOUT_S)
+        self._waker = ReaderWaker(DatabaseStore(self._engine.own_connection), request_timeout=_WAKE_TIMEOUT_S)
         # And the Fetches waiting for records are woken by those NOTIFYs, whoever wrote.
-        self._wakeups = FetchWakeups(self._engine.default)
+        self._wakeups = FetchWakeups(self._engine.own_connection)
         self._server: asyncio.Server | None = None
         self._handlers: Handlers | None = None
         self._dispatch: dict[int, Callable[[Any, Any], Awaitable[Any]]] = {}
         self._connections: set[asyncio.Task[None]] = set()
-
-    def _waker_connection(self) -> sa.Connection:
-        # Refused or lost is the waker's DatabaseUnavailableError: it logs it and goes on.
-        with mapped_errors():
-            return self._engine.default.connect()
 
     @property
     def address(self) -> Listener:

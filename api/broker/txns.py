@@ -69,12 +69,12 @@ class TxnHandlers:
         node: Node,
         run: Callable[..., Any],
         *,
-        wake: Callable[[Iterable[str]], None] | None = None,
+        wake: Callable[[Iterable[str]], None],
     ) -> None:
         self._db = database
         self._node = node
         self._run = run
-        self._wake = wake or (lambda tokens: None)
+        self._wake = wake
         # Read and written on the event loop only: no lock.
         self._slots: dict[str, _Slot] = {}
 

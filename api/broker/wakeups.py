@@ -25,14 +25,13 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import sqlalchemy as sa
 
 from oncelog import errors
 from oncelog.store import log
 from oncelog.store.engine import bounded, set_request_timeout
-from oncelog.store.errors import mapped_errors
 
 __all__ = ["REGISTRATION_MS", "FetchWakeups", "Waiter"]
 
@@ -105,14 +104,15 @@ class FetchWakeups:
     """The broker's one listening session: registers the waits of empty Fetches in the store and
     hands the wake-ups it hears to their :class:`Waiter` s, on the event loop.
 
-    ``engine``: the broker's own (autocommit), so the registrations need its role to read the
-    topics; without that right a Fetch waits on its timer alone. The thread starts with the
+    ``connect``: a connection of the broker's own role (autocommit; a refused one is a
+    DatabaseUnavailableError), so the registrations need its role to read the topics; without
+    that right a Fetch waits on its timer alone. The thread starts with the
     first registration (and again, should it have ended); :meth:`close` stops it and releases
     the session.
     """
 
-    def __init__(self, engine: sa.Engine) -> None:
-        self._engine = engine
+    def __init__(self, connect: Callable[[], sa.Connection]) -> None:
+        self._connect = connect
         self._loop: asyncio.AbstractEventLoop | None = None
         self._requests: queue.SimpleQueue[tuple[_Key, concurrent.futures.Future[_Answer]]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -222,8 +222,7 @@ class FetchWakeups:
             while not self._closing.is_set():
                 try:
                     if conn is None:
-                        with mapped_errors():
-                            conn = self._engine.connect()
+                        conn = self._connect()
                         with bounded(conn, _REGISTER_TIMEOUT_S):
                             set_request_timeout(conn, int(_REGISTER_TIMEOUT_S * 1000))
                             channel = log.wake_channel(conn)

@@ -15,17 +15,18 @@ at its own next look, up to ``fetch_max_backoff_ms`` (200 ms by default) later.
   the abort's marker is each such partition's last record.
 * ``end_txn_v2`` answers an abort (``aborted``) with those tokens, as it answers a commit; the
   producer NOTIFYs them outside the transaction, as for a commit.
-* ``txn_abort_notify_v1``: an abort no producer asked for in the call (a timeout, a new instance
-  fencing the old one, expiry, an operator's abort: every caller of ``txn_fence_abort_v1``) has
-  nobody to hand the tokens to, so ``txn_fence_abort_v1`` NOTIFYs them from inside its own
-  transaction, delivered at the commit. Such aborts are rare, so the commit's wait for the
-  notification lock is rarely paid; not on a server that allows PREPARE TRANSACTION (as for the
-  outbox, revision 0023).
+* An abort no producer asked for in the call (a timeout, a new instance fencing the old one,
+  expiry, an operator's abort: every caller of ``txn_fence_abort_v1``) has nobody to hand the
+  tokens to, so ``txn_fence_abort_v1`` NOTIFYs them from inside its own transaction, delivered at
+  the commit. Such aborts are rare, so the commit's wait for the notification lock is rarely paid.
+* ``wake_notify_v1``: that NOTIFY, written once for the two writes with no producer to send it
+  after the commit: the fence's abort and ``outbox_flush_v1`` (revision 0023), which had its own
+  copy. Payloads of at most 500 tokens; nothing on a server that allows PREPARE TRANSACTION.
 
 Comments only: ``txn_gate_v1`` names the revision that brought it (0040), and ``txn_check_v2``'s
 header comment is rewrapped.
 
-Changed (frozen from store/sql by scripts/freeze_revision.py): +txn_abort_notify_v1(bigint, bigint), +txn_abort_waiters_v1(bigint, bigint), end_txn_v2(text, bigint, smallint, bigint, boolean), txn_check_v2(text, bigint, smallint, bigint, boolean, boolean), txn_fence_abort_v1(text, boolean), txn_gate_v1(text, boolean).
+Changed (frozen from store/sql by scripts/freeze_revision.py): +txn_abort_waiters_v1(bigint, bigint), +wake_notify_v1(text[]), end_txn_v2(text, bigint, smallint, bigint, boolean), outbox_flush_v1(), txn_check_v2(text, bigint, smallint, bigint, boolean, boolean), txn_fence_abort_v1(text, boolean), txn_gate_v1(text, boolean).
 """
 
 from __future__ import annotations

@@ -1468,6 +1468,38 @@ $fn$;
 COMMENT ON FUNCTION wake_channel_v1() IS
   'The LISTEN/NOTIFY channel on which this schema''s waiting readers are woken: a producer NOTIFYs it with the wake tokens (topic_id:partition, comma-separated) a write answered with.';
 
+CREATE OR REPLACE FUNCTION wake_notify_v1(p_tokens text[])
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_payload text;
+BEGIN
+    -- Wakes from inside the caller's transaction the readers of ``p_tokens``, for a write with no
+    -- producer to send the NOTIFY after it (a record sent in the application's own transaction,
+    -- revision 0023; an abort by a fence or a timeout, 0041). PostgreSQL delivers the NOTIFY at
+    -- the commit and drops it with a rollback; the commit then waits for the server's
+    -- notification lock, so only writes that found a reader waiting call this. Nothing on a
+    -- server that can PREPARE TRANSACTION, which refuses to prepare a transaction that has
+    -- notified: there the readers find the records by their own next look.
+    IF current_setting('max_prepared_transactions')::integer > 0 THEN
+        RETURN;
+    END IF;
+    -- Payloads of 500 tokens at most, well under PostgreSQL's 8000 bytes.
+    FOR v_payload IN
+        SELECT string_agg(c.token, ',' ORDER BY c.n)
+        FROM (SELECT u.token, u.n, (u.n - 1) / 500 AS chunk
+              FROM unnest(p_tokens) WITH ORDINALITY AS u(token, n) WHERE u.token IS NOT NULL) c
+        GROUP BY c.chunk
+    LOOP
+        PERFORM pg_notify(wake_channel_v1(), v_payload);
+    END LOOP;
+END
+$fn$;
+COMMENT ON FUNCTION wake_notify_v1(p_tokens text[]) IS
+  'Internal: wakes the readers of these wake tokens with a NOTIFY delivered at the caller''s commit (the outbox''s flush, a fence''s abort); nothing on a server that allows PREPARE TRANSACTION.';
+
 CREATE OR REPLACE FUNCTION fetch_waiting_v1(p_topic text, p_partition integer, p_committed boolean, p_uncommitted boolean)
  RETURNS text
  LANGUAGE plpgsql
@@ -1538,37 +1570,6 @@ END
 $fn$;
 COMMENT ON FUNCTION txn_abort_waiters_v1(p_producer_id bigint, p_txn_number bigint) IS
   'Internal: the wake tokens (topic_id:partition) of the partitions of a just aborted transaction on which a read_committed reader waits (the abort moved their last stable offsets on).';
-
-CREATE OR REPLACE FUNCTION txn_abort_notify_v1(p_producer_id bigint, p_txn_number bigint)
- RETURNS void
- LANGUAGE plpgsql
- SET search_path FROM CURRENT
-AS $fn$
-DECLARE
-    v_payload text;
-BEGIN
-    -- An abort no producer asked for in this call (its timeout, a new instance fencing the old
-    -- one, expiry, an operator's abort) has nobody to hand the wake tokens to, so the NOTIFY goes
-    -- from inside this transaction and is delivered at its commit. Such aborts are rare, so the
-    -- commit's wait for the server's notification lock is rarely paid. Not on a server that can
-    -- PREPARE TRANSACTION (PostgreSQL refuses to prepare a transaction that has notified): there
-    -- the readers find the records by their own next look, as they did before revision 0041.
-    IF current_setting('max_prepared_transactions')::integer > 0 THEN
-        RETURN;
-    END IF;
-    -- Payloads of 500 tokens at most, well under PostgreSQL's 8000 bytes.
-    FOR v_payload IN
-        SELECT string_agg(c.token, ',' ORDER BY c.n)
-        FROM (SELECT u.token, u.n, (u.n - 1) / 500 AS chunk
-              FROM unnest(txn_abort_waiters_v1(p_producer_id, p_txn_number)) WITH ORDINALITY AS u(token, n)) c
-        GROUP BY c.chunk
-    LOOP
-        PERFORM pg_notify(wake_channel_v1(), v_payload);
-    END LOOP;
-END
-$fn$;
-COMMENT ON FUNCTION txn_abort_notify_v1(p_producer_id bigint, p_txn_number bigint) IS
-  'Internal: wakes, with a NOTIFY delivered at this transaction''s commit, the read_committed readers waiting on the partitions of a just aborted transaction that no producer will wake (a fence or a timeout aborted it); nothing on a server that allows PREPARE TRANSACTION.';
 
 CREATE OR REPLACE FUNCTION fetch_wait_v1(p_topics text[], p_partitions integer[], p_read_committed boolean, p_wait_ms integer)
  RETURNS TABLE(channel text, topic text, topic_id integer)

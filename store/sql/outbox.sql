@@ -142,7 +142,6 @@ DECLARE
     v_headers jsonb[];
     v_whole boolean;
     v_appended integer := 0;
-    v_wake text;
 BEGIN
     -- Deferred to the commit, once per staged row: the first appends every record the
     -- transaction staged, the others find nothing left.
@@ -195,22 +194,11 @@ BEGIN
     END IF;
     DELETE FROM outbox_records o WHERE o.xact_id = NEW.xact_id;
     -- Readers waiting on these partitions (registered in fetch_waiters; one registering now waits
-    -- for the partition locks held here, so it sees these records) are woken by a NOTIFY, which
-    -- PostgreSQL delivers when this transaction commits and drops if it rolls back. Only when a
-    -- reader waits: a NOTIFY makes the commit queue for the server's notification lock. And only
-    -- on a server that cannot PREPARE TRANSACTION: this runs at a PREPARE too, and PostgreSQL
-    -- refuses to prepare a transaction that has notified. There the readers find these records
-    -- by their own next look (fetch_max_backoff_ms at most).
-    IF current_setting('max_prepared_transactions')::integer > 0 THEN
-        RETURN NULL;
-    END IF;
-    SELECT string_agg(w.token, ',') INTO v_wake
-    FROM (SELECT fetch_waiting_v1(q.topic, q.partition, true, true) AS token
-          FROM unnest(v_topics, v_partitions) AS q(topic, partition)) w
-    WHERE w.token IS NOT NULL;
-    IF v_wake IS NOT NULL THEN
-        PERFORM pg_notify(wake_channel_v1(), v_wake);
-    END IF;
+    -- for the partition locks held here, so it sees these records) are woken by a NOTIFY at the
+    -- commit (wake_notify_v1: nothing on a server that allows PREPARE TRANSACTION, as this runs at
+    -- a PREPARE too).
+    PERFORM wake_notify_v1(ARRAY(SELECT fetch_waiting_v1(q.topic, q.partition, true, true)
+                                 FROM unnest(v_topics, v_partitions) AS q(topic, partition)));
     RETURN NULL;
 END
 $fn$;

@@ -565,7 +565,7 @@ BEGIN
         SET epoch = pr.epoch + 1, last_epoch = CASE WHEN p_recoverable THEN pr.epoch END, last_used_at = now()
         WHERE p.producer_id = pr.producer_id;
         PERFORM txn_complete_v1(p_transactional_id, false);
-        PERFORM txn_abort_notify_v1(pr.producer_id, v_number);
+        PERFORM wake_notify_v1(txn_abort_waiters_v1(pr.producer_id, v_number));
     ELSE
         -- No epoch left to fence with: abort, then retire the producer id itself (its holder then
         -- gets INVALID_PRODUCER_ID_MAPPING). One update for state and id: one journalled transition.
@@ -573,7 +573,7 @@ BEGIN
         -- init_transactional_producer_id_v1 answers no retry with the new id. The new id stays
         -- with the principal that held the old one.
         PERFORM txn_complete_v1(p_transactional_id, false);
-        PERFORM txn_abort_notify_v1(pr.producer_id, v_number);
+        PERFORM wake_notify_v1(txn_abort_waiters_v1(pr.producer_id, v_number));
         UPDATE producers p SET transactional_id = NULL, last_epoch = NULL WHERE p.producer_id = pr.producer_id;
         INSERT INTO producers AS p (transactional_id, owner) VALUES (p_transactional_id, pr.owner)
         RETURNING p.producer_id INTO v_pid;
@@ -583,7 +583,7 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION txn_fence_abort_v1(p_transactional_id text, p_recoverable boolean) IS
-  'Internal: bumps the epoch of a transactional id (fencing its holder) and aborts its open transaction, waking the read_committed readers waiting on its partitions (txn_abort_notify_v1).';
+  'Internal: bumps the epoch of a transactional id (fencing its holder) and aborts its open transaction, waking the read_committed readers waiting on its partitions (wake_notify_v1 at its commit).';
 
 CREATE OR REPLACE FUNCTION txn_transition_v1()
  RETURNS trigger

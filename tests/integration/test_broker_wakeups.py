@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 import oncelog
 from oncelog.broker import wakeups
+from oncelog.broker.common import Database
 from oncelog.broker.wakeups import FetchWakeups
 from oncelog.store import create_engine, log
 
@@ -38,7 +39,7 @@ def broker_engine(db_url: str) -> Any:
 def test_without_a_database_a_registration_answers_empty_instead_of_hanging() -> None:
     # Nothing listens on port 1: every connection is refused.
     engine = create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none", connect_args={"connect_timeout": 2})
-    hub = FetchWakeups(engine.execution_options(isolation_level="AUTOCOMMIT"))
+    hub = FetchWakeups(Database(engine.execution_options(isolation_level="AUTOCOMMIT")).own_connection)
 
     async def register() -> frozenset[str]:
         return await asyncio.wait_for(hub.register(frozenset({(TOPIC, 0)}), True), WAIT)
@@ -63,7 +64,7 @@ def test_an_unplanned_failure_does_not_end_the_wakeups(
         return real(conn, channel, timeout)
 
     monkeypatch.setattr(log, "wakeups", failing_once)
-    hub = FetchWakeups(broker_engine)
+    hub = FetchWakeups(Database(broker_engine).own_connection)
 
     async def waits_and_is_woken() -> bool:
         with hub.waiter() as first:
@@ -105,7 +106,7 @@ def test_a_registration_held_up_answers_its_fetch_by_the_deadline(
         return real(conn, partitions, **kwargs)
 
     monkeypatch.setattr(log, "fetch_wait", stuck)
-    hub = FetchWakeups(broker_engine)
+    hub = FetchWakeups(Database(broker_engine).own_connection)
 
     async def register() -> bool:
         with hub.waiter() as waiter:
@@ -120,7 +121,7 @@ def test_a_registration_held_up_answers_its_fetch_by_the_deadline(
 
 
 def test_registrations_kept_for_ever_other_partition_sets_stay_bounded(broker_engine: sa.Engine) -> None:
-    hub = FetchWakeups(broker_engine)
+    hub = FetchWakeups(Database(broker_engine).own_connection)
     far = float("inf")
     for n in range(wakeups._KEPT_MAX + 500):
         hub._keep((frozenset({(f"topic-{n}", 0)}), True), (frozenset(), far, 0))

@@ -1,6 +1,6 @@
-DROP FUNCTION txn_abort_notify_v1(bigint, bigint);
-
 DROP FUNCTION txn_abort_waiters_v1(bigint, bigint);
+
+DROP FUNCTION wake_notify_v1(text[]);
 
 CREATE OR REPLACE FUNCTION end_txn_v2(p_transactional_id text, p_producer_id bigint, p_epoch smallint, p_txn_number bigint, p_commit boolean, OUT outcome text, OUT wake text[])
  RETURNS record
@@ -21,6 +21,99 @@ COMMENT ON FUNCTION end_txn_v2(text, bigint, smallint, bigint, boolean) IS 'end_
 REVOKE ALL ON FUNCTION end_txn_v2(text, bigint, smallint, bigint, boolean) FROM PUBLIC, @schema@_reader, @schema@_client, @schema@_admin;
 
 GRANT EXECUTE ON FUNCTION end_txn_v2(text, bigint, smallint, bigint, boolean) TO @schema@_client, @schema@_admin;
+
+CREATE OR REPLACE FUNCTION outbox_flush_v1()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    b record;
+    v_topics text[];
+    v_partitions integer[];
+    v_counts integer[];
+    v_keys bytea[];
+    v_values bytea[];
+    v_headers jsonb[];
+    v_whole boolean;
+    v_appended integer := 0;
+    v_wake text;
+BEGIN
+    -- Deferred to the commit, once per staged row: the first appends every record the
+    -- transaction staged, the others find nothing left.
+    IF NOT EXISTS (SELECT 1 FROM outbox_records o WHERE o.xact_id = NEW.xact_id) THEN
+        RETURN NULL;
+    END IF;
+    -- Every partition the transaction sent to, locked in (topic_id, partition) order, the
+    -- documented lock order, and held through the commit that follows. Only those of topics the
+    -- caller may still write (as produce_batches_v1): an ACL revoked since the send is refused
+    -- below by produce_v2, and the caller never held a partition it has no right to.
+    PERFORM 1 FROM partitions pt JOIN topics t ON t.topic_id = pt.topic_id
+    WHERE (pt.topic_id, pt.partition) IN (SELECT o.topic_id, o.partition FROM outbox_records o WHERE o.xact_id = NEW.xact_id)
+      AND acl_allowed_v1('topic', t.name, 'write')
+    ORDER BY pt.topic_id, pt.partition
+    FOR NO KEY UPDATE OF pt;
+    -- One batch per partition, records in the order they were sent, appended all at once
+    -- (append_batches_v2, revision 0023) when the transaction sent to several partitions and none
+    -- holds more than max_batch_records. A single batch goes to produce_v2, which costs less.
+    SELECT array_agg(t.name ORDER BY c.topic_id, c.partition), array_agg(c.partition ORDER BY c.topic_id, c.partition),
+           array_agg(c.n ORDER BY c.topic_id, c.partition), bool_and(c.n <= s.max_batch_records)
+    INTO v_topics, v_partitions, v_counts, v_whole
+    FROM (SELECT o.topic_id, o.partition, count(*)::integer AS n FROM outbox_records o WHERE o.xact_id = NEW.xact_id
+          GROUP BY o.topic_id, o.partition) c
+    JOIN topics t ON t.topic_id = c.topic_id
+    CROSS JOIN settings s;
+    IF v_whole AND cardinality(v_topics) > 1 THEN
+        SELECT array_agg(o.key ORDER BY o.topic_id, o.partition, o.seq), array_agg(o.value ORDER BY o.topic_id, o.partition, o.seq),
+               CASE WHEN bool_or(o.headers IS NOT NULL) THEN array_agg(o.headers ORDER BY o.topic_id, o.partition, o.seq) END
+        INTO v_keys, v_values, v_headers
+        FROM outbox_records o WHERE o.xact_id = NEW.xact_id;
+        SELECT count(*) INTO v_appended
+        FROM append_batches_v2(NULL, NULL, NULL, NULL, v_topics, v_partitions, NULL, v_counts, v_keys, v_values,
+                               v_headers, NULL, false);
+    END IF;
+    IF v_appended = 0 THEN
+        -- One batch, larger than a batch, or not the common case: produce_v2, which also raises
+        -- what a record staged earlier may now break (a topic's limits changed since the send).
+        FOR b IN
+            SELECT t.name, c.partition, array_agg(c.key ORDER BY c.seq) AS keys, array_agg(c.value ORDER BY c.seq) AS vals,
+                   CASE WHEN bool_or(c.headers IS NOT NULL) THEN array_agg(c.headers ORDER BY c.seq) END AS hdrs
+            FROM (SELECT o.*, (row_number() OVER (PARTITION BY o.topic_id, o.partition ORDER BY o.seq) - 1)
+                              / (SELECT s.max_batch_records FROM settings s) AS chunk
+                  FROM outbox_records o WHERE o.xact_id = NEW.xact_id) c
+            JOIN topics t ON t.topic_id = c.topic_id
+            GROUP BY c.topic_id, t.name, c.partition, c.chunk
+            ORDER BY c.topic_id, c.partition, c.chunk
+        LOOP
+            PERFORM produce_v2(b.name, b.partition, NULL, NULL, NULL, b.keys, b.vals, b.hdrs);
+        END LOOP;
+    END IF;
+    DELETE FROM outbox_records o WHERE o.xact_id = NEW.xact_id;
+    -- Readers waiting on these partitions (registered in fetch_waiters; one registering now waits
+    -- for the partition locks held here, so it sees these records) are woken by a NOTIFY, which
+    -- PostgreSQL delivers when this transaction commits and drops if it rolls back. Only when a
+    -- reader waits: a NOTIFY makes the commit queue for the server's notification lock. And only
+    -- on a server that cannot PREPARE TRANSACTION: this runs at a PREPARE too, and PostgreSQL
+    -- refuses to prepare a transaction that has notified. There the readers find these records
+    -- by their own next look (fetch_max_backoff_ms at most).
+    IF current_setting('max_prepared_transactions')::integer > 0 THEN
+        RETURN NULL;
+    END IF;
+    SELECT string_agg(w.token, ',') INTO v_wake
+    FROM (SELECT fetch_waiting_v1(q.topic, q.partition, true, true) AS token
+          FROM unnest(v_topics, v_partitions) AS q(topic, partition)) w
+    WHERE w.token IS NOT NULL;
+    IF v_wake IS NOT NULL THEN
+        PERFORM pg_notify(wake_channel_v1(), v_wake);
+    END IF;
+    RETURN NULL;
+END
+$function$;
+
+COMMENT ON FUNCTION outbox_flush_v1() IS 'Internal (deferred constraint trigger on outbox_records): at the commit, appends the records the transaction staged with send_v1, every partition locked first in lock order (one set-based append, or produce_v2 per batch when a partition holds more than a batch), removes them from the stage, and wakes the readers waiting on those partitions (a NOTIFY delivered at the commit; not on a server that allows PREPARE TRANSACTION, which refuses to prepare a transaction that has notified).';
+
+REVOKE ALL ON FUNCTION outbox_flush_v1() FROM PUBLIC, @schema@_reader, @schema@_client, @schema@_admin;
 
 CREATE OR REPLACE FUNCTION txn_check_v2(p_transactional_id text, p_producer_id bigint, p_epoch smallint, p_txn_number bigint, p_begin boolean, p_append boolean)
  RETURNS transactions

@@ -1,36 +1,3 @@
-CREATE OR REPLACE FUNCTION txn_abort_notify_v1(p_producer_id bigint, p_txn_number bigint)
- RETURNS void
- LANGUAGE plpgsql
- SET search_path FROM CURRENT
-AS $function$
-DECLARE
-    v_payload text;
-BEGIN
-    -- An abort no producer asked for in this call (its timeout, a new instance fencing the old
-    -- one, expiry, an operator's abort) has nobody to hand the wake tokens to, so the NOTIFY goes
-    -- from inside this transaction and is delivered at its commit. Such aborts are rare, so the
-    -- commit's wait for the server's notification lock is rarely paid. Not on a server that can
-    -- PREPARE TRANSACTION (PostgreSQL refuses to prepare a transaction that has notified): there
-    -- the readers find the records by their own next look, as they did before revision 0041.
-    IF current_setting('max_prepared_transactions')::integer > 0 THEN
-        RETURN;
-    END IF;
-    -- Payloads of 500 tokens at most, well under PostgreSQL's 8000 bytes.
-    FOR v_payload IN
-        SELECT string_agg(c.token, ',' ORDER BY c.n)
-        FROM (SELECT u.token, u.n, (u.n - 1) / 500 AS chunk
-              FROM unnest(txn_abort_waiters_v1(p_producer_id, p_txn_number)) WITH ORDINALITY AS u(token, n)) c
-        GROUP BY c.chunk
-    LOOP
-        PERFORM pg_notify(wake_channel_v1(), v_payload);
-    END LOOP;
-END
-$function$;
-
-COMMENT ON FUNCTION txn_abort_notify_v1(bigint, bigint) IS 'Internal: wakes, with a NOTIFY delivered at this transaction''s commit, the read_committed readers waiting on the partitions of a just aborted transaction that no producer will wake (a fence or a timeout aborted it); nothing on a server that allows PREPARE TRANSACTION.';
-
-REVOKE ALL ON FUNCTION txn_abort_notify_v1(bigint, bigint) FROM PUBLIC, @schema@_reader, @schema@_client, @schema@_admin;
-
 CREATE OR REPLACE FUNCTION txn_abort_waiters_v1(p_producer_id bigint, p_txn_number bigint)
  RETURNS text[]
  LANGUAGE plpgsql
@@ -63,6 +30,40 @@ COMMENT ON FUNCTION txn_abort_waiters_v1(bigint, bigint) IS 'Internal: the wake 
 
 REVOKE ALL ON FUNCTION txn_abort_waiters_v1(bigint, bigint) FROM PUBLIC, @schema@_reader, @schema@_client, @schema@_admin;
 
+CREATE OR REPLACE FUNCTION wake_notify_v1(p_tokens text[])
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    v_payload text;
+BEGIN
+    -- Wakes from inside the caller's transaction the readers of ``p_tokens``, for a write with no
+    -- producer to send the NOTIFY after it (a record sent in the application's own transaction,
+    -- revision 0023; an abort by a fence or a timeout, 0041). PostgreSQL delivers the NOTIFY at
+    -- the commit and drops it with a rollback; the commit then waits for the server's
+    -- notification lock, so only writes that found a reader waiting call this. Nothing on a
+    -- server that can PREPARE TRANSACTION, which refuses to prepare a transaction that has
+    -- notified: there the readers find the records by their own next look.
+    IF current_setting('max_prepared_transactions')::integer > 0 THEN
+        RETURN;
+    END IF;
+    -- Payloads of 500 tokens at most, well under PostgreSQL's 8000 bytes.
+    FOR v_payload IN
+        SELECT string_agg(c.token, ',' ORDER BY c.n)
+        FROM (SELECT u.token, u.n, (u.n - 1) / 500 AS chunk
+              FROM unnest(p_tokens) WITH ORDINALITY AS u(token, n) WHERE u.token IS NOT NULL) c
+        GROUP BY c.chunk
+    LOOP
+        PERFORM pg_notify(wake_channel_v1(), v_payload);
+    END LOOP;
+END
+$function$;
+
+COMMENT ON FUNCTION wake_notify_v1(text[]) IS 'Internal: wakes the readers of these wake tokens with a NOTIFY delivered at the caller''s commit (the outbox''s flush, a fence''s abort); nothing on a server that allows PREPARE TRANSACTION.';
+
+REVOKE ALL ON FUNCTION wake_notify_v1(text[]) FROM PUBLIC, @schema@_reader, @schema@_client, @schema@_admin;
+
 CREATE OR REPLACE FUNCTION end_txn_v2(p_transactional_id text, p_producer_id bigint, p_epoch smallint, p_txn_number bigint, p_commit boolean, OUT outcome text, OUT wake text[])
  RETURNS record
  LANGUAGE plpgsql
@@ -87,6 +88,87 @@ COMMENT ON FUNCTION end_txn_v2(text, bigint, smallint, bigint, boolean) IS 'end_
 REVOKE ALL ON FUNCTION end_txn_v2(text, bigint, smallint, bigint, boolean) FROM PUBLIC, @schema@_reader, @schema@_client, @schema@_admin;
 
 GRANT EXECUTE ON FUNCTION end_txn_v2(text, bigint, smallint, bigint, boolean) TO @schema@_client, @schema@_admin;
+
+CREATE OR REPLACE FUNCTION outbox_flush_v1()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    b record;
+    v_topics text[];
+    v_partitions integer[];
+    v_counts integer[];
+    v_keys bytea[];
+    v_values bytea[];
+    v_headers jsonb[];
+    v_whole boolean;
+    v_appended integer := 0;
+BEGIN
+    -- Deferred to the commit, once per staged row: the first appends every record the
+    -- transaction staged, the others find nothing left.
+    IF NOT EXISTS (SELECT 1 FROM outbox_records o WHERE o.xact_id = NEW.xact_id) THEN
+        RETURN NULL;
+    END IF;
+    -- Every partition the transaction sent to, locked in (topic_id, partition) order, the
+    -- documented lock order, and held through the commit that follows. Only those of topics the
+    -- caller may still write (as produce_batches_v1): an ACL revoked since the send is refused
+    -- below by produce_v2, and the caller never held a partition it has no right to.
+    PERFORM 1 FROM partitions pt JOIN topics t ON t.topic_id = pt.topic_id
+    WHERE (pt.topic_id, pt.partition) IN (SELECT o.topic_id, o.partition FROM outbox_records o WHERE o.xact_id = NEW.xact_id)
+      AND acl_allowed_v1('topic', t.name, 'write')
+    ORDER BY pt.topic_id, pt.partition
+    FOR NO KEY UPDATE OF pt;
+    -- One batch per partition, records in the order they were sent, appended all at once
+    -- (append_batches_v2, revision 0023) when the transaction sent to several partitions and none
+    -- holds more than max_batch_records. A single batch goes to produce_v2, which costs less.
+    SELECT array_agg(t.name ORDER BY c.topic_id, c.partition), array_agg(c.partition ORDER BY c.topic_id, c.partition),
+           array_agg(c.n ORDER BY c.topic_id, c.partition), bool_and(c.n <= s.max_batch_records)
+    INTO v_topics, v_partitions, v_counts, v_whole
+    FROM (SELECT o.topic_id, o.partition, count(*)::integer AS n FROM outbox_records o WHERE o.xact_id = NEW.xact_id
+          GROUP BY o.topic_id, o.partition) c
+    JOIN topics t ON t.topic_id = c.topic_id
+    CROSS JOIN settings s;
+    IF v_whole AND cardinality(v_topics) > 1 THEN
+        SELECT array_agg(o.key ORDER BY o.topic_id, o.partition, o.seq), array_agg(o.value ORDER BY o.topic_id, o.partition, o.seq),
+               CASE WHEN bool_or(o.headers IS NOT NULL) THEN array_agg(o.headers ORDER BY o.topic_id, o.partition, o.seq) END
+        INTO v_keys, v_values, v_headers
+        FROM outbox_records o WHERE o.xact_id = NEW.xact_id;
+        SELECT count(*) INTO v_appended
+        FROM append_batches_v2(NULL, NULL, NULL, NULL, v_topics, v_partitions, NULL, v_counts, v_keys, v_values,
+                               v_headers, NULL, false);
+    END IF;
+    IF v_appended = 0 THEN
+        -- One batch, larger than a batch, or not the common case: produce_v2, which also raises
+        -- what a record staged earlier may now break (a topic's limits changed since the send).
+        FOR b IN
+            SELECT t.name, c.partition, array_agg(c.key ORDER BY c.seq) AS keys, array_agg(c.value ORDER BY c.seq) AS vals,
+                   CASE WHEN bool_or(c.headers IS NOT NULL) THEN array_agg(c.headers ORDER BY c.seq) END AS hdrs
+            FROM (SELECT o.*, (row_number() OVER (PARTITION BY o.topic_id, o.partition ORDER BY o.seq) - 1)
+                              / (SELECT s.max_batch_records FROM settings s) AS chunk
+                  FROM outbox_records o WHERE o.xact_id = NEW.xact_id) c
+            JOIN topics t ON t.topic_id = c.topic_id
+            GROUP BY c.topic_id, t.name, c.partition, c.chunk
+            ORDER BY c.topic_id, c.partition, c.chunk
+        LOOP
+            PERFORM produce_v2(b.name, b.partition, NULL, NULL, NULL, b.keys, b.vals, b.hdrs);
+        END LOOP;
+    END IF;
+    DELETE FROM outbox_records o WHERE o.xact_id = NEW.xact_id;
+    -- Readers waiting on these partitions (registered in fetch_waiters; one registering now waits
+    -- for the partition locks held here, so it sees these records) are woken by a NOTIFY at the
+    -- commit (wake_notify_v1: nothing on a server that allows PREPARE TRANSACTION, as this runs at
+    -- a PREPARE too).
+    PERFORM wake_notify_v1(ARRAY(SELECT fetch_waiting_v1(q.topic, q.partition, true, true)
+                                 FROM unnest(v_topics, v_partitions) AS q(topic, partition)));
+    RETURN NULL;
+END
+$function$;
+
+COMMENT ON FUNCTION outbox_flush_v1() IS 'Internal (deferred constraint trigger on outbox_records): at the commit, appends the records the transaction staged with send_v1, every partition locked first in lock order (one set-based append, or produce_v2 per batch when a partition holds more than a batch), removes them from the stage, and wakes the readers waiting on those partitions (a NOTIFY delivered at the commit; not on a server that allows PREPARE TRANSACTION, which refuses to prepare a transaction that has notified).';
+
+REVOKE ALL ON FUNCTION outbox_flush_v1() FROM PUBLIC, @schema@_reader, @schema@_client, @schema@_admin;
 
 CREATE OR REPLACE FUNCTION txn_check_v2(p_transactional_id text, p_producer_id bigint, p_epoch smallint, p_txn_number bigint, p_begin boolean, p_append boolean)
  RETURNS transactions
@@ -190,7 +272,7 @@ BEGIN
         SET epoch = pr.epoch + 1, last_epoch = CASE WHEN p_recoverable THEN pr.epoch END, last_used_at = now()
         WHERE p.producer_id = pr.producer_id;
         PERFORM txn_complete_v1(p_transactional_id, false);
-        PERFORM txn_abort_notify_v1(pr.producer_id, v_number);
+        PERFORM wake_notify_v1(txn_abort_waiters_v1(pr.producer_id, v_number));
     ELSE
         -- No epoch left to fence with: abort, then retire the producer id itself (its holder then
         -- gets INVALID_PRODUCER_ID_MAPPING). One update for state and id: one journalled transition.
@@ -198,7 +280,7 @@ BEGIN
         -- init_transactional_producer_id_v1 answers no retry with the new id. The new id stays
         -- with the principal that held the old one.
         PERFORM txn_complete_v1(p_transactional_id, false);
-        PERFORM txn_abort_notify_v1(pr.producer_id, v_number);
+        PERFORM wake_notify_v1(txn_abort_waiters_v1(pr.producer_id, v_number));
         UPDATE producers p SET transactional_id = NULL, last_epoch = NULL WHERE p.producer_id = pr.producer_id;
         INSERT INTO producers AS p (transactional_id, owner) VALUES (p_transactional_id, pr.owner)
         RETURNING p.producer_id INTO v_pid;
@@ -208,7 +290,7 @@ BEGIN
 END
 $function$;
 
-COMMENT ON FUNCTION txn_fence_abort_v1(text, boolean) IS 'Internal: bumps the epoch of a transactional id (fencing its holder) and aborts its open transaction, waking the read_committed readers waiting on its partitions (txn_abort_notify_v1).';
+COMMENT ON FUNCTION txn_fence_abort_v1(text, boolean) IS 'Internal: bumps the epoch of a transactional id (fencing its holder) and aborts its open transaction, waking the read_committed readers waiting on its partitions (wake_notify_v1 at its commit).';
 
 REVOKE ALL ON FUNCTION txn_fence_abort_v1(text, boolean) FROM PUBLIC, @schema@_reader, @schema@_client, @schema@_admin;
 
