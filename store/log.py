@@ -629,14 +629,25 @@ def wake_readers(conn: sa.Connection, channel: str, tokens: Sequence[str]) -> in
     # As fetches do: psycopg itself and a prepared statement, one NOTIFY per payload's worth of
     # tokens (PostgreSQL takes payloads under 8000 bytes). A busy producer sends one per commit
     # while a reader waits, so this call's cost is the producers' cost of waking readers.
+    #
+    # A NOTIFY's transaction takes an xid, so its commit flushes the WAL, and PostgreSQL holds
+    # its database-wide notification lock until that commit is done: each producer's wake-up
+    # waited for an fsync, and the wake-ups of all producers queued behind one another's. In a
+    # transaction of its own (autocommit) the NOTIFY therefore commits without waiting for the
+    # flush (synchronous_commit off for that transaction only): a crash can lose a wake-up,
+    # which nothing needs (the readers look again by themselves), never a record. Inside a
+    # caller's transaction the caller's durability is left alone.
+    driver = conn.connection.driver_connection
+    statement = _NOTIFY_NOW if driver is not None and driver.autocommit else _NOTIFY
     with mapped_errors(), runtime.driver_cursor(conn) as cur:
         for payload in _payloads(tokens):
-            cur.execute(_NOTIFY, (channel, payload), prepare=True)
+            cur.execute(statement, (channel, payload), prepare=True)
             sent += 1
     return sent
 
 
 _NOTIFY = "SELECT pg_notify(%s, %s)"
+_NOTIFY_NOW = "SELECT pg_notify(%s, %s), set_config('synchronous_commit', 'off', true)"
 #: Below PostgreSQL's 8000-byte payload limit.
 _MAX_PAYLOAD = 7900
 

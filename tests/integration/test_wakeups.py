@@ -91,6 +91,28 @@ def test_a_write_to_a_waited_on_partition_wakes_the_reader(
         assert _woken(listening, registration, WAIT)
 
 
+def test_a_wake_up_leaves_the_sessions_durability_and_a_callers_transactions_alone(
+    writer: Principal, reader: Principal, engine: sa.Engine
+) -> None:
+    # The wake-up's own transaction commits without waiting for the WAL flush (a lost wake-up
+    # costs a reader one look); nothing else may: not the session after it, nor the transaction
+    # of a caller who sends it inside one of its own.
+    token = _token_of(engine, 1)
+    with reader.engine.connect() as listening:
+        registration = log.fetch_wait(listening, [(TOPIC, 1)], read_committed=True, wait_ms=60_000)
+        with writer.engine.connect() as conn:
+            conn.exec_driver_sql("SET synchronous_commit = on")
+            assert log.wake_readers(conn, log.wake_channel(conn), [token]) == 1
+            assert conn.exec_driver_sql("SHOW synchronous_commit").scalar_one() == "on"
+        assert _woken(listening, registration, WAIT)
+        registration = log.fetch_wait(listening, [(TOPIC, 1)], read_committed=True, wait_ms=60_000)
+        with writer.engine.connect().execution_options(isolation_level="READ COMMITTED") as conn, conn.begin():
+            conn.exec_driver_sql("SET LOCAL synchronous_commit = on")
+            assert log.wake_readers(conn, log.wake_channel(conn), [token]) == 1
+            assert conn.exec_driver_sql("SHOW synchronous_commit").scalar_one() == "on"
+        assert _woken(listening, registration, WAIT)
+
+
 def test_a_wake_up_for_another_partition_is_passed_over(
     writer: Principal, reader: Principal, engine: sa.Engine
 ) -> None:
