@@ -269,19 +269,6 @@ class Handlers:
                     codes.setdefault(tp, error_code(result))
                 else:
                     offsets.setdefault(tp, result)
-            if tid is not None:
-                # The partitions the store took this producer's batches for, in its transaction.
-                ident = (parsed[0][1].producer_id, parsed[0][1].producer_epoch)
-                self.transactions.accepted(
-                    tid,
-                    -1 if ident[0] is None else ident[0],
-                    -1 if ident[1] is None else ident[1],
-                    [
-                        tp
-                        for tp, b in parsed
-                        if (b.producer_id, b.producer_epoch) == ident and tp in offsets and tp not in codes
-                    ],
-                )
         if request.acks == 0:
             return None
         return self._produce_response(request, response_class, codes, offsets)

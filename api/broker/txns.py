@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from oncelog import errors
@@ -48,29 +48,15 @@ def _coordinator_code(exc: errors.OncelogError) -> int:
     return error_code(exc)
 
 
-#: The most partitions a slot remembers as accepted; AddPartitionsToTxn for others goes to the store.
-_ACCEPTED_MAX = 4096
-
-
 @dataclass(slots=True)
 class _Slot:
     """What the broker knows of a transactional id: its producer and the transaction number in
-    use (``started``: the store has seen it, or will have by EndTxn), and the partitions the store
-    accepted this producer id and epoch writing to (``accepted``: an append or an
-    AddPartitionsToTxn answered without error)."""
+    use (``started``: the store has seen it)."""
 
     producer_id: int
     epoch: int
     number: int
     started: bool = False
-    accepted: set[tuple[str, int]] = field(default_factory=set)
-
-    def accept(self, partitions: Iterable[tuple[str, int]]) -> None:
-        """Remember ``partitions`` as accepted, up to _ACCEPTED_MAX of them."""
-        for tp in partitions:
-            if len(self.accepted) >= _ACCEPTED_MAX:
-                return
-            self.accepted.add(tp)
 
 
 class TxnHandlers:
@@ -112,14 +98,6 @@ class TxnHandlers:
         slot.started = True
         return slot.number
 
-    def accepted(
-        self, transactional_id: str, producer_id: int, epoch: int, partitions: Iterable[tuple[str, int]]
-    ) -> None:
-        """The store appended this producer's batches to ``partitions`` in a transaction."""
-        slot = self._slots.get(transactional_id)
-        if slot is not None and (slot.producer_id, slot.epoch) == (producer_id, epoch):
-            slot.accept(partitions)
-
     async def _slot(self, transactional_id: str, producer_id: int, epoch: int) -> _Slot:
         slot = self._slots.get(transactional_id)
         if slot is not None and (slot.producer_id, slot.epoch) == (producer_id, epoch):
@@ -156,27 +134,16 @@ class TxnHandlers:
         )
         pairs = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
         try:
-            slot = await self._slot(tid, pid, epoch)
-            slot.started = True
-            # The store's append checks everything AddPartitionsToTxn checks (the producer id and
-            # epoch, the transaction's number and timeout, the ACLs, the partition) and adds the
-            # partition to the transaction itself (deviation 14): asking the store here only
-            # tells of a refusal one request earlier. Partitions it already accepted from this
-            # producer id and epoch are answered from memory, saving a database commit per
-            # transaction; a fence, a revoked ACL or a deleted topic since is refused at the
-            # Produce that follows, with the same error code. Others go to the store, so a
-            # client's first transaction learns of a refusal where Kafka's clients expect it.
-            if not slot.accepted.issuperset(pairs):
-                await self._run(
-                    self._db.call,
-                    txn.add_partitions_to_txn,
-                    transactional_id=tid,
-                    producer_id=pid,
-                    epoch=epoch,
-                    txn_number=slot.number,
-                    partitions=pairs,
-                )
-                slot.accept(pairs)
+            number = await self.number(tid, pid, epoch)
+            await self._run(
+                self._db.call,
+                txn.add_partitions_to_txn,
+                transactional_id=tid,
+                producer_id=pid,
+                epoch=epoch,
+                txn_number=number,
+                partitions=pairs,
+            )
             code = NONE
         except errors.OncelogError as exc:
             code = _coordinator_code(exc)

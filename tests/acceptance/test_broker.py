@@ -77,7 +77,7 @@ from oncelog.broker import API_RANGES
 from oncelog.broker import handlers as broker_handlers
 from oncelog.broker.auth import Principals
 from oncelog.broker.common import Database
-from oncelog.store import create_engine, groups, log, txn
+from oncelog.store import create_engine, groups, log
 from oncelog.store.records import FetchedRecord
 from tests.support.broker import broker_command, running_broker
 from tests.support.logcheck import read_partition
@@ -360,8 +360,8 @@ def _batch(
     return bytes(builder.buffer())
 
 
-def _produce(wire: _Wire, records: bytes, partition: int = 2, transactional_id: str | None = None) -> Any:
-    (topic,) = wire.call(_produce_request(records, partition, transactional_id), ProduceResponse).responses
+def _produce(wire: _Wire, records: bytes, partition: int = 2) -> Any:
+    (topic,) = wire.call(_produce_request(records, partition), ProduceResponse).responses
     (answer,) = topic.partition_responses
     return answer
 
@@ -1357,75 +1357,6 @@ def test_a_pipelined_transaction_appends_its_partitions_side_by_side_and_commits
         assert [r.value for r in fetched[(TOPIC, p)].records] == [
             b"t%d-p%d-%d" % (n, p, i) for n in range(3) for i in range(2)
         ]
-
-
-def _add_partitions(wire: _Wire, tid: str, pid: int, epoch: int, partitions: list[int]) -> list[int]:
-    """AddPartitionsToTxn (v3) of TOPIC's ``partitions``: each one's error code."""
-    add = AddPartitionsToTxnRequest(
-        version=3,
-        v3_and_below_transactional_id=tid,
-        v3_and_below_producer_id=pid,
-        v3_and_below_producer_epoch=epoch,
-        v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=TOPIC, partitions=partitions)],
-    )
-    added = wire.call(add, AddPartitionsToTxnResponse).results_by_topic_v3_and_below
-    return [r.partition_error_code for t in added for r in t.results_by_partition]
-
-
-@pytest.mark.timeout(60)
-def test_add_partitions_goes_to_the_store_until_it_accepted_the_partitions_and_the_produce_checks_the_rest(
-    db_url: str, broker: str, engine: Any
-) -> None:
-    """The first AddPartitionsToTxn of a partition is the store's (it opens the transaction);
-    once the store accepted an append to it from this producer id and epoch, the broker answers
-    for it alone, and the Produce that follows is what the store checks: a fence in between is
-    refused there, and nothing of the zombie is committed. An EndTxn after such an add with no
-    write ends the transaction the store never saw, using up its number."""
-    wire = _Wire(broker)
-    tid = "tx-added"
-
-    def state() -> tuple[str, int]:
-        with engine.connect() as conn:
-            status = txn.describe_transaction(conn, transactional_id=tid)
-        return status.state, status.txn_number
-
-    def end(epoch: int, *, commit: bool = True) -> int:
-        request = EndTxnRequest(
-            version=3, transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=commit
-        )
-        code: int = wire.call(request, EndTxnResponse).error_code
-        return code
-
-    try:
-        ident = wire.call(
-            InitProducerIdRequest(version=4, transactional_id=tid, transaction_timeout_ms=60_000),
-            InitProducerIdResponse,
-        )
-        pid, epoch = ident.producer_id, ident.producer_epoch
-        assert _add_partitions(wire, tid, pid, epoch, [0, 1]) == [0, 0]
-        assert state() == ("Ongoing", 1), "the store's AddPartitionsToTxn opened transaction 1"
-        for p in (0, 1):
-            answer = _produce(wire, _batch(pid, epoch, 0, [b"one-%d" % p], transactional=True), p, tid)
-            assert answer.error_code == 0
-        assert end(epoch) == 0
-        # Transaction 2: both partitions accepted, the add is the broker's alone; partition 2 is not.
-        assert _add_partitions(wire, tid, pid, epoch, [0, 1]) == [0, 0]
-        assert state() == ("CompleteCommit", 1), "answered without the store"
-        assert end(epoch) == 0, "nothing was written: the commit ends transaction 2 empty"
-        assert state() == ("CompleteCommit", 2)
-        assert _add_partitions(wire, tid, pid, epoch, [1, 2]) == [0, 0]
-        assert state() == ("Ongoing", 3), "partition 2 was never accepted: the store's add"
-        assert end(epoch, commit=False) == 0
-        # Transaction 4, fenced by a new instance between the add and the Produce.
-        assert _add_partitions(wire, tid, pid, epoch, [0]) == [0]
-        with oncelog.Producer(db_url, transactional_id=tid) as successor:
-            successor.init_transactions()
-        answer = _produce(wire, _batch(pid, epoch, 1, [b"zombie"], transactional=True), 0, tid)
-        assert answer.error_code in (47, 90), "INVALID_PRODUCER_EPOCH or PRODUCER_FENCED"
-        assert end(epoch) in (47, 90)
-    finally:
-        wire.close()
-    assert [r.value for r in read_committed(db_url, TOPIC, 0)] == [b"one-0"]
 
 
 @pytest.mark.timeout(60)
