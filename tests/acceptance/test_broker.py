@@ -77,7 +77,7 @@ from oncelog.broker import API_RANGES
 from oncelog.broker import handlers as broker_handlers
 from oncelog.broker.auth import Principals
 from oncelog.broker.common import Database
-from oncelog.store import create_engine, groups, log
+from oncelog.store import create_engine, groups, log, txn
 from oncelog.store.records import FetchedRecord
 from tests.support.broker import broker_command, running_broker
 from tests.support.logcheck import read_partition
@@ -1357,6 +1357,74 @@ def test_a_pipelined_transaction_appends_its_partitions_side_by_side_and_commits
         assert [r.value for r in fetched[(TOPIC, p)].records] == [
             b"t%d-p%d-%d" % (n, p, i) for n in range(3) for i in range(2)
         ]
+
+
+@pytest.mark.timeout(60)
+def test_a_transaction_that_went_on_through_another_broker_is_ended_and_continued_here(
+    db_url: str, broker: str, engine: Any
+) -> None:
+    """A producer whose coordinator moves from one broker to another and back (its connection
+    lost meanwhile, not the broker): the broker it comes back to remembers an older transaction
+    number. Its EndTxn ends the transaction opened through the other broker (it used to answer
+    "nothing to end", and the transaction was later aborted by its timeout: a commit reported and
+    lost), and its next transaction's requests take their number from the store's row instead of
+    being refused as INVALID_TXN_STATE, which clients take as fatal."""
+    tid = "tx-two-brokers"
+
+    def state() -> tuple[str, int]:
+        with engine.connect() as conn:
+            status = txn.describe_transaction(conn, transactional_id=tid)
+        return status.state, status.txn_number
+
+    with running_broker(db_url) as other:
+        here, there = _Wire(broker), _Wire(other)
+        try:
+            ident = here.call(
+                InitProducerIdRequest(version=4, transactional_id=tid, transaction_timeout_ms=60_000),
+                InitProducerIdResponse,
+            )
+            pid, epoch = ident.producer_id, ident.producer_epoch
+            sequence = 0
+
+            def add(wire: _Wire) -> list[int]:
+                request = AddPartitionsToTxnRequest(
+                    version=3,
+                    v3_and_below_transactional_id=tid,
+                    v3_and_below_producer_id=pid,
+                    v3_and_below_producer_epoch=epoch,
+                    v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=TOPIC, partitions=[0])],
+                )
+                added = wire.call(request, AddPartitionsToTxnResponse).results_by_topic_v3_and_below
+                return [r.partition_error_code for t in added for r in t.results_by_partition]
+
+            def produce(wire: _Wire, value: bytes) -> int:
+                nonlocal sequence
+                records = _batch(pid, epoch, sequence, [value], transactional=True)
+                (topic,) = wire.call(_produce_request(records, 0, tid), ProduceResponse).responses
+                (answer,) = topic.partition_responses
+                sequence += 1
+                code: int = answer.error_code
+                return code
+
+            def end(wire: _Wire) -> int:
+                request = EndTxnRequest(
+                    version=3, transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=True
+                )
+                code: int = wire.call(request, EndTxnResponse).error_code
+                return code
+
+            assert (add(here), produce(here, b"one"), end(here)) == ([0], 0, 0)
+            assert (add(there), produce(there, b"two")) == ([0], 0)
+            assert end(here) == 0, "transaction 2, opened through the other broker, is ended here"
+            assert state() == ("CompleteCommit", 2)
+            assert (add(there), produce(there, b"three"), end(there)) == ([0], 0, 0)
+            assert (add(here), produce(here, b"four"), end(here)) == ([0], 0, 0), "transaction 4, not 3"
+            assert (produce(there, b"five"), end(there)) == (0, 0), "a Produce first: the store's number"
+            assert state() == ("CompleteCommit", 5)
+        finally:
+            here.close()
+            there.close()
+    assert [r.value for r in read_committed(db_url, TOPIC, 0)] == [b"one", b"two", b"three", b"four", b"five"]
 
 
 @pytest.mark.timeout(60)
