@@ -918,9 +918,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             listen=listen == "listen",
             partitions=int(partitions),
         )
-    parser = bench_parser("bench.pipeline", __doc__, "runs per throughput measurement (default 2; 1 with --quick)")
+    parser = bench_parser("bench.pipeline", __doc__, "runs per throughput measurement (default 3; 1 with --quick)")
     args = parser.parse_args(args_in)
-    result = run(args.quick, repeat_count(parser, args, 2))
+    result = run(args.quick, repeat_count(parser, args, 3))
     emit(result, render(result), args.json)
     return 0
 
