@@ -199,6 +199,57 @@ def test_a_client_whose_main_thread_is_blocked_still_stops_at_its_grace() -> Non
             proc.kill()
 
 
+_GIL_HOLDING_CLIENT = """
+import ctypes, signal, time
+from oncelog.verify import workloads
+workloads.stop_when_told(grace=0.5)
+print("ready", flush=True)
+workloads._STOP.wait()
+while signal.getitimer(signal.ITIMER_REAL)[0] == 0:  # until the watcher took the stop
+    time.sleep(0.01)
+# From here no Python thread runs again, as in the interpreter's exit (which stops daemon threads
+# for good) or a C call made with the interpreter lock held: ctypes.PyDLL keeps it through sleep.
+ctypes.PyDLL(None).sleep(600)
+"""
+
+
+def test_a_stopped_client_the_interpreter_cannot_end_is_ended_by_the_kernel() -> None:
+    """A client told to stop whose interpreter then runs no thread again (its exit stops daemon
+    threads for good; here its main thread holds the interpreter lock inside a C call) still ends
+    soon after its grace, by SIGALRM, before the runner's SIGKILL: the watcher cannot end it."""
+    with subprocess.Popen([sys.executable, "-c", _GIL_HOLDING_CLIENT], stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+            proc.terminate()
+            assert proc.wait(timeout=20) == -signal.SIGALRM
+        finally:
+            proc.kill()
+
+
+_HANGING_AT_EXIT = """
+import logging, threading
+from oncelog.verify import workloads
+class Handle:
+    def __del__(self) -> None:  # as rd_kafka_destroy that never returns, at the interpreter's exit
+        threading.Event().wait()
+handle = Handle()
+logging.getLogger("client").warning("written before the end")
+workloads.end_process(0)
+"""
+
+
+def test_a_client_ends_without_destroying_what_it_still_holds() -> None:
+    """A client process ends with its status once its work is written, without the interpreter's
+    exit, which would destroy what it still holds (a librdkafka handle whose destroy can wait for
+    good) after its stop's watcher can no longer run. What it logged is written first."""
+    with subprocess.Popen([sys.executable, "-c", _HANGING_AT_EXIT], stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.wait(timeout=20) == 0
+            assert proc.stderr is not None and "written before the end" in proc.stderr.read()
+        finally:
+            proc.kill()
+
+
 def test_a_client_killed_at_stop_leaves_its_threads_stacks_in_its_log() -> None:
     """A client that overran its stop is asked for its threads' stacks (SIGUSR1, written from C
     even while a thread holds the interpreter lock) before the runner's SIGKILL: the log says
@@ -354,7 +405,8 @@ def test_kafka_clients_through_the_broker(db_url: str, tmp_path: Path) -> None:
     assert report.summary["via"] == "broker"
     assert report.summary["broker"]["starts"] >= 2 and report.summary["broker"]["crashes"] == []
     # Each client completed its operation and stopped when told to (3: it overran its grace).
-    assert set(report.summary["clients"]["exit_at_stop"].values()) == {0}, report.summary["clients"]
+    exits = report.summary["clients"]["exit_at_stop"]
+    assert set(exits.values()) == {0}, _logs_of(tmp_path / "run" / "logs", [n for n, s in exits.items() if s != 0])
     # The clients were librdkafka's: its log lines (the broker's restarts make it log) name them.
     logs = tmp_path / "run" / "logs"
     assert "#producer-" in (logs / "idem1.log").read_text(errors="replace")
@@ -544,3 +596,10 @@ def test_the_command_fails_when_the_log_is_tampered_with(db_url: str, tmp_path: 
     verdict = json.loads(out)["verdict"]
     assert verdict["valid"] is False
     assert "lost_write" in verdict["counts"], verdict["counts"]
+
+
+def _logs_of(logs: Path, names: list[str], chars: int = 4000) -> str:
+    """The end of each named client's log (where a client killed at stop wrote its threads' stacks)."""
+    return "\n".join(
+        f"--- {name}.log ---\n{(logs / f'{name}.log').read_text(errors='replace')[-chars:]}" for name in names
+    )

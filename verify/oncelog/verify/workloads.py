@@ -45,6 +45,7 @@ import contextlib
 import faulthandler
 import json
 import logging
+import math
 import os
 import random
 import select
@@ -58,7 +59,7 @@ from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Any, NoReturn, Protocol, TextIO
 
 from oncelog import errors
 from oncelog.consumer import Consumer
@@ -657,9 +658,10 @@ _ROLES: dict[Role, Callable[[ClientSpec, _Recorder, random.Random], None]] = {
 def stop_when_told(grace: float) -> None:
     """In a client process's main thread: SIGTERM, or the runner's end, sets ``_STOP`` (complete
     the current operation, then return) and ends the process with status 3 ``grace`` seconds
-    later if it is still running. SIGUSR1 writes every thread's stack to stderr (the client's
-    log), from C, even while a thread holds the interpreter lock: the runner sends it before it
-    kills a client that did not stop (:func:`kill_with_stacks`)."""
+    later if it is still running, or by SIGALRM (``_ALARM_AFTER_S`` later) if the interpreter
+    cannot run the thread that would end it. SIGUSR1 writes every thread's stack to stderr (the
+    client's log), from C, even while a thread holds the interpreter lock: the runner sends it
+    before it kills a client that did not stop (:func:`kill_with_stacks`)."""
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     signal.signal(signal.SIGTERM, lambda *_: _STOP.set())
     signals, wakeup = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -701,8 +703,28 @@ def _watch(parent: int, signals: int, grace: float) -> None:
         if os.getppid() != parent:
             _STOP.set()
     # Told to stop: the current operation gets a bounded time to complete, then the process ends.
+    # The kernel's alarm ends it even when this thread never runs again once it has armed it: the
+    # interpreter's exit stops daemon threads for good when they next take the interpreter lock,
+    # and a C call may keep that lock. SIGALRM keeps its default action (terminate): a Python
+    # handler could run only in the main thread.
+    signal.alarm(math.ceil(grace + _ALARM_AFTER_S))
     time.sleep(grace)
     os._exit(3)
+
+
+#: How long after its grace a stopped client that the interpreter cannot end is ended by SIGALRM.
+_ALARM_AFTER_S = 2.0
+
+
+def end_process(status: int) -> NoReturn:
+    """End a client process with ``status`` once its history is closed, without the interpreter's
+    exit: that exit destroys what librdkafka handles are still referenced (a consumer left closing
+    on a daemon thread, a producer left with a wedged call), and ``rd_kafka_destroy`` can wait
+    without bound (librdkafka #5434); by then the watcher thread that bounds a stop cannot run."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def _kafka_roles() -> dict[Role, Callable[[ClientSpec, _Recorder, random.Random], None]]:
@@ -774,8 +796,8 @@ class ClientPool:
         self.crashes: list[Crash] = []
         self.exit_at_stop: dict[str, int] = {}
         """The exit status of each client :meth:`stop` stopped (running or paused then): 0 once
-        its operation completed, 3 when it overran its grace (``_STOP_GRACE_S``), -9 when it had
-        to be killed."""
+        its operation completed, 3 when it overran its grace (``_STOP_GRACE_S``), -14 (SIGALRM)
+        when it overran it where the interpreter could not end it, -9 when it had to be killed."""
 
     def start(self) -> None:
         """Start every client, and a thread that restarts the ones that crash."""
@@ -948,4 +970,4 @@ if __name__ == "__main__":
     # two copies would hold two stop events (SIGTERM would set the one nobody waits on).
     from oncelog.verify import workloads
 
-    raise SystemExit(workloads.main())
+    workloads.end_process(workloads.main())
