@@ -67,7 +67,7 @@ _REQUEST_TIMEOUT_MS = 30_000
 #: How long past poll()'s timeout its fetch may still take before its connection is cut (a fetch
 #: made just before the deadline must be given time to answer).
 _FETCH_GRACE_S = 1.0
-#: The longest wait the store registers (fetch_wait_v1): a poll waiting longer registers again.
+#: The longest wait the store registers (fetch_wait_v2): a poll waiting longer registers again.
 _MAX_WAIT_MS = 300_000
 #: The shortest time between two fetches of a woken reader (see poll()).
 _WAKE_SPACING_S = 0.005
@@ -194,7 +194,7 @@ class Consumer(Client):
         self._iter_timeout = None if consumer_timeout_ms is None else consumer_timeout_ms / 1000
         self._read_ahead = read_ahead
         self._listen = listen_for_writes
-        # The wait registered in the store (fetch_wait_v1): for which partitions and isolation,
+        # The wait registered in the store (fetch_wait_v2): for which partitions and isolation,
         # valid until when (time.monotonic()), and the registration itself.
         self._registration: tuple[tuple[frozenset[TopicPartition], bool], float, WaitRegistration] | None = None
         self._api_timeout = default_api_timeout_ms / 1000
@@ -526,6 +526,7 @@ class Consumer(Client):
         deadline = time.monotonic() + max(wait, 0.0)
         backoff = self._min_backoff
         last_fetch = 0.0
+        settled = False  # the partitions stayed quiet for a spacing: worth a registration
         while True:
             if not self._retry_due(deadline):
                 return []
@@ -537,10 +538,30 @@ class Consumer(Client):
                     # The session ran out around this fetch (a stalled process): its partitions
                     # may have new owners. Drop the records; the next round loses the partitions.
                     continue
-                remaining = deadline - time.monotonic()
-                if records or remaining <= 0:
+                if records:
+                    # A write found after a wait was most likely woken for, and a wake-up ends
+                    # the registration (one-shot, fetch_wait_v2): this reader registers again
+                    # when it next finds nothing, so writers name its partitions only while it
+                    # waits, not while it reads. A fetch that finds nothing (woken for nothing:
+                    # a stranger's NOTIFY) keeps it: a flood must not buy a registration per
+                    # wake-up; should the registration be gone, the reader still looks again
+                    # within fetch_max_backoff_ms.
+                    self._registration = None
                     return records
-                registration = self._waiting(remaining) if self._listen else None
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return records
+                registration = self._waiting(remaining, register=settled) if self._listen else None
+                if registration is None and self._listen and not settled:
+                    # Register only once the partitions stay quiet for a spacing (5 ms, or
+                    # fetch_min_backoff_ms if shorter). A registration costs a write, and a
+                    # NOTIFY from the next writer; a reader of a busy partition would look no
+                    # sooner than that spacing after a wake-up anyway, and now finds the records
+                    # without either. A reader of a quiet partition registers a spacing later, so
+                    # a record written in that spacing waits for the look that ends it.
+                    settled = True
+                    runtime.sleep(min(self._min_backoff, _WAKE_SPACING_S, remaining))
+                    continue
                 if registration is False:
                     # Registered just now: fetch once more before waiting. A write committed
                     # before the registration is in that fetch; every later one wakes this reader.
@@ -674,11 +695,12 @@ class Consumer(Client):
             if offset >= 0 and end is not None:
                 subs.move_if_at(tp, offset, end)  # past markers and aborted records after the last one
 
-    def _waiting(self, remaining: float) -> WaitRegistration | Literal[False] | None:
+    def _waiting(self, remaining: float, *, register: bool) -> WaitRegistration | Literal[False] | None:
         """The registration of this reader's wait on the partitions it reads: the one it holds if
-        it is still valid for them (a reader that keeps polling registers once per validity, not
-        once per poll); otherwise a new one, and then False, since a fetch must follow it. None
-        when there is nothing to read."""
+        it is still valid for them and no write it found may have ended it (a reader that keeps
+        polling an idle partition registers once per validity, not once per poll); otherwise,
+        with ``register``, a new one, and then False, since a fetch must follow it. None when
+        there is nothing to read, or no registration is held and ``register`` is false."""
         fetchable = self._subscriptions.fetchable()
         if not fetchable:
             return None
@@ -688,6 +710,8 @@ class Consumer(Client):
         held = self._registration
         if held is not None and held[0] == key and now < held[1] and self._fetcher.listening:
             return held[2]
+        if not register:
+            return None
         # As long as this poll may still wait and at least a second (a reader that polls on
         # renews it once per second), plus a grace for the fetch that ends the wait.
         wait_ms = min(int(max(remaining, 1.0) * 1000) + 1000, _MAX_WAIT_MS)

@@ -104,13 +104,16 @@ class Fetcher:
         self, partitions: list[tuple[str, int]], *, read_committed: bool, wait_ms: int, timeout: float
     ) -> WaitRegistration:
         """Register a wait for writes to ``partitions`` and LISTEN on the kept connection
-        (:func:`oncelog.store.log.fetch_wait`); wake-ups that came before are forgotten, since
-        the fetch that must follow sees what they announced."""
+        (:func:`oncelog.store.log.fetch_wait`, one-shot: it ends with the first wake-up sent for
+        it); wake-ups that came before are forgotten, since the fetch that must follow sees what
+        they announced."""
         self._settle_ahead()
 
         def register(conn: sa.Connection) -> WaitRegistration:
             with bounded(conn, timeout):
-                registration = log.fetch_wait(conn, partitions, read_committed=read_committed, wait_ms=wait_ms)
+                registration = log.fetch_wait(
+                    conn, partitions, read_committed=read_committed, wait_ms=wait_ms, one_shot=True
+                )
                 log.drain_wakeups(conn)
                 return registration
 

@@ -109,10 +109,7 @@ class ProducerStore(Protocol):
     ) -> None:
         """TxnOffsetCommit: a group's offsets, pending in the transaction (KIP-447)."""
 
-    def wake_channel(self, conn: Any) -> str:
-        """The channel waiting readers listen on (it never changes)."""
-
-    def wake_readers(self, conn: Any, channel: str, tokens: Sequence[str]) -> int:
+    def wake_readers(self, conn: Any, tokens: Sequence[str]) -> int:
         """Wake the readers of the partitions of ``tokens``; the number of NOTIFYs sent."""
 
 
@@ -175,10 +172,6 @@ class DatabaseStore:
         """See :func:`oncelog.store.groups.txn_offset_commit`."""
         groups.txn_offset_commit(conn, **args)
 
-    def wake_channel(self, conn: sa.Connection) -> str:
-        """See :func:`oncelog.store.log.wake_channel`."""
-        return log.wake_channel(conn)
-
-    def wake_readers(self, conn: sa.Connection, channel: str, tokens: Sequence[str]) -> int:
+    def wake_readers(self, conn: sa.Connection, tokens: Sequence[str]) -> int:
         """See :func:`oncelog.store.log.wake_readers`."""
-        return log.wake_readers(conn, channel, tokens)
+        return log.wake_readers(conn, tokens)

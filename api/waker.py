@@ -1,12 +1,14 @@
 """Waking the readers that wait for what a producer just wrote.
 
-A reader with nothing to read registers its wait in the store and LISTENs (``fetch_wait_v1``);
+A reader with nothing to read registers its wait in the store and LISTENs (``fetch_wait_v2``);
 the store tells a producer, in the answer to a write, which of the written partitions have a
 reader waiting (their wake tokens, ``topic_id:partition``). The producer then sends the NOTIFY
-from here: on a thread and a connection of its own, in a transaction of its own, after the write
-committed. A NOTIFY inside the write's
-transaction would hold PostgreSQL's database-wide notification lock through the commit and
-serialise every producer's commits (measured: 4 producers kept 0.79 of their commit rate).
+from here (``wake_readers_v1``, which also ends the readers' one-shot registrations, so the
+writes after it do not name the partition until its readers wait again): on a thread and a
+connection of its own, in a transaction of its own, after the write committed. A NOTIFY inside
+the write's transaction would hold PostgreSQL's database-wide notification lock through the
+commit and serialise every producer's commits (measured: 4 producers kept 0.79 of their commit
+rate).
 
 Requests are coalesced: while one wake-up is on its way, the tokens asked for meanwhile wait for
 the next NOTIFY, which carries them all (one NOTIFY, its payload the tokens). Waking is best effort: a failure is logged
@@ -49,8 +51,7 @@ class ReaderWaker:
         self._pending: set[str] = set()
         self._closing = False
         self._thread: threading.Thread | None = None
-        self._conn: Any = None  # only the waker's thread touches them
-        self._channel: str | None = None
+        self._conn: Any = None  # only the waker's thread touches it
 
     def wake(self, tokens: Iterable[str]) -> None:
         """Wake the readers of the partitions of ``tokens`` (the wake tokens writes answered
@@ -94,9 +95,7 @@ class ReaderWaker:
             if self._conn is None:
                 self._conn = self._store.connect()
             with self._store.request(self._conn, self._request_timeout):
-                if self._channel is None:
-                    self._channel = self._store.wake_channel(self._conn)
-                sent = self._store.wake_readers(self._conn, self._channel, tokens)
+                sent = self._store.wake_readers(self._conn, tokens)
         except errors.OncelogError as exc:
             # The readers look again by themselves within their poll interval: nothing is lost.
             logger.debug("could not wake the readers of %s: %s", tokens, exc)

@@ -8,7 +8,7 @@ round trip and one transaction.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -543,16 +543,27 @@ def fetch(
 
 
 def fetch_wait(
-    conn: sa.Connection, partitions: Sequence[tuple[str, int]], *, read_committed: bool, wait_ms: int
+    conn: sa.Connection,
+    partitions: Sequence[tuple[str, int]],
+    *,
+    read_committed: bool,
+    wait_ms: int,
+    one_shot: bool = False,
 ) -> WaitRegistration:
     """Register a reader's wait for records on ``partitions`` (commits for read_committed,
     appends otherwise) for ``wait_ms`` milliseconds, and LISTEN on ``conn`` for the wake-ups
     (which :func:`await_wakeup` then waits for). Fetch once more before waiting: a write that
     committed before this returned is seen by that fetch, one after it wakes the reader. ``conn``
-    must be in autocommit, so the LISTEN takes effect now."""
+    must be in autocommit, so the LISTEN takes effect now.
+
+    ``one_shot`` (``fetch_wait_v2``): the registration also ends with the first wake-up sent for
+    one of its partitions, which every reader registered there hears; register again before
+    waiting again. Otherwise (``fetch_wait_v1``) every write wakes the readers until ``wait_ms``
+    is up."""
+    function = "fetch_wait_v2" if one_shot else "fetch_wait_v1"
     rows = _driver(
         conn,
-        "SELECT channel, topic, topic_id FROM fetch_wait_v1(%(topics)s::text[], %(partitions)s::integer[], "
+        f"SELECT channel, topic, topic_id FROM {function}(%(topics)s::text[], %(partitions)s::integer[], "
         "%(read_committed)s, %(wait_ms)s)",
         {
             "topics": [t for t, _ in partitions],
@@ -621,14 +632,14 @@ def wake_channel(conn: sa.Connection) -> str:
     return str(_driver(conn, "SELECT wake_channel_v1()", {}).scalar_one())
 
 
-def wake_readers(conn: sa.Connection, channel: str, tokens: Sequence[str]) -> int:
+def wake_readers(conn: sa.Connection, tokens: Sequence[str]) -> int:
     """Wake the readers waiting on the partitions of ``tokens`` (the ``wake`` a write answered
-    with): NOTIFY ``channel`` (:func:`wake_channel`) with them, in a transaction of its own, so call
-    it outside the write's transaction, after the write committed. Returns the NOTIFYs sent."""
-    sent = 0
-    # As fetches do: psycopg itself and a prepared statement, one NOTIFY per payload's worth of
-    # tokens (PostgreSQL takes payloads under 8000 bytes). A busy producer sends one per commit
-    # while a reader waits, so this call's cost is the producers' cost of waking readers.
+    with): ``wake_readers_v1`` NOTIFYs this schema's channel with them and ends the one-shot
+    registrations they answered, in a transaction of its own, so call it outside the write's
+    transaction, after the write committed. Returns the NOTIFYs sent."""
+    # A busy producer calls this once per commit that found a reader waiting, so this call's cost
+    # is the producers' cost of waking readers: psycopg itself and a prepared statement, as
+    # fetches do.
     #
     # A NOTIFY's transaction takes an xid, so its commit flushes the WAL, and PostgreSQL holds
     # its database-wide notification lock until that commit is done: each producer's wake-up
@@ -638,32 +649,15 @@ def wake_readers(conn: sa.Connection, channel: str, tokens: Sequence[str]) -> in
     # which nothing needs (the readers look again by themselves), never a record. Inside a
     # caller's transaction the caller's durability is left alone.
     driver = conn.connection.driver_connection
-    statement = _NOTIFY_NOW if driver is not None and driver.autocommit else _NOTIFY
+    statement = _WAKE_NOW if driver is not None and driver.autocommit else _WAKE
     with mapped_errors(), runtime.driver_cursor(conn) as cur:
-        for payload in _payloads(tokens):
-            cur.execute(statement, (channel, payload), prepare=True)
-            sent += 1
-    return sent
+        cur.execute(statement, (sorted(set(tokens)),), prepare=True)
+        row = cur.fetchone()
+    return int(row[0]) if row is not None else 0
 
 
-_NOTIFY = "SELECT pg_notify(%s, %s)"
-_NOTIFY_NOW = "SELECT pg_notify(%s, %s), set_config('synchronous_commit', 'off', true)"
-#: Below PostgreSQL's 8000-byte payload limit.
-_MAX_PAYLOAD = 7900
-
-
-def _payloads(tokens: Sequence[str]) -> Iterator[str]:
-    """``tokens``, comma-separated, in payloads that each fit one NOTIFY."""
-    chunk: list[str] = []
-    size = 0
-    for token in sorted(set(tokens)):
-        if chunk and size + len(token) + 1 > _MAX_PAYLOAD:
-            yield ",".join(chunk)
-            chunk, size = [], 0
-        chunk.append(token)
-        size += len(token) + 1
-    if chunk:
-        yield ",".join(chunk)
+_WAKE = "SELECT wake_readers_v1(%s::text[])"
+_WAKE_NOW = "SELECT wake_readers_v1(%s::text[]), set_config('synchronous_commit', 'off', true)"
 
 
 def _token(topic_id: int, partition: int) -> str:

@@ -1179,13 +1179,27 @@ fetch_waiters = sa.Table(
         nullable=True,
         comment="Until when a read_uncommitted reader waits for an append here (NULL: none has).",
     ),
+    sa.Column(
+        "committed_once_until",
+        sa.DateTime(timezone=True),
+        nullable=True,
+        comment="Until when a read_committed reader waits here for one wake-up (fetch_wait_v2); "
+        "NULL once a wake-up was sent for it (wake_readers_v1), or if none waits.",
+    ),
+    sa.Column(
+        "uncommitted_once_until",
+        sa.DateTime(timezone=True),
+        nullable=True,
+        comment="Until when a read_uncommitted reader waits here for one wake-up (fetch_wait_v2); "
+        "NULL once a wake-up was sent for it (wake_readers_v1), or if none waits.",
+    ),
     sa.ForeignKeyConstraint(
         ["topic_id", "partition"],
         [partitions.c.topic_id, partitions.c.partition],
         ondelete="CASCADE",
     ),
     prefixes=["UNLOGGED"],
-    comment="Readers waiting for records (fetch_wait_v1): a write to a partition with a reader waiting "
-    "answers its producer with the partition's wake token, which it NOTIFYs outside the write's transaction. "
-    "Unlogged: emptied by a crash, which costs a waiting reader one poll interval.",
+    comment="Readers waiting for records (fetch_wait_v1, fetch_wait_v2): a write to a partition with a reader "
+    "waiting answers its producer with the partition's wake token, which it NOTIFYs outside the write's "
+    "transaction (wake_readers_v1). Unlogged: emptied by a crash, which costs a waiting reader one poll interval.",
 )

@@ -724,9 +724,8 @@ def test_a_flood_of_wake_ups_costs_a_waiting_fetch_few_looks(
 
     def flood() -> None:
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            channel = log.wake_channel(conn)
             while not stop.is_set():
-                log.wake_readers(conn, channel, [token])
+                log.wake_readers(conn, [token])
 
     flooding = threading.Thread(target=flood)
     flooding.start()

@@ -635,6 +635,9 @@ UNCHECKED = {
     "end_txn_v2",  # end_txn_v1, which checks, and the waiting readers of what it committed
     "produce_end_txn_v3",  # produce_end_txn_v2, which checks, and the same
     "wake_channel_v1",  # a channel's name: any role may LISTEN or NOTIFY in PostgreSQL anyway
+    "fetch_wait_v1",  # registers through fetch_wait_register_v1, which checks
+    "fetch_wait_v2",  # the same
+    "wake_readers_v1",  # a NOTIFY (any role may send one); ends only registrations whose readers hear it
     "group_listen_v1",  # a LISTEN on the group channel, whose payloads are md5s of group ids
     "send",  # send_v1, which checks, under a stable name
     "acl_allowed_v1",  # the question "may I?" itself

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from oncelog import Consumer, Producer, TopicPartition, errors
 from oncelog.store import log, txn
+from oncelog.store.errors import mapped_errors
 from oncelog.store.records import ProduceBatch, ProduceResult, RecordIn, WaitRegistration
 from tests.support.clock import server_time
 from tests.support.roles import Principal, client_principal
@@ -65,7 +66,7 @@ def _woken(conn: sa.Connection, registration: WaitRegistration, seconds: float) 
 
 def _wake(who: Principal, tokens: list[str]) -> int:
     def send(conn: sa.Connection) -> int:
-        return log.wake_readers(conn, log.wake_channel(conn), tokens)
+        return log.wake_readers(conn, tokens)
 
     sent: int = who.call(send)
     return sent
@@ -102,13 +103,13 @@ def test_a_wake_up_leaves_the_sessions_durability_and_a_callers_transactions_alo
         registration = log.fetch_wait(listening, [(TOPIC, 1)], read_committed=True, wait_ms=60_000)
         with writer.engine.connect() as conn:
             conn.exec_driver_sql("SET synchronous_commit = on")
-            assert log.wake_readers(conn, log.wake_channel(conn), [token]) == 1
+            assert log.wake_readers(conn, [token]) == 1
             assert conn.exec_driver_sql("SHOW synchronous_commit").scalar_one() == "on"
         assert _woken(listening, registration, WAIT)
         registration = log.fetch_wait(listening, [(TOPIC, 1)], read_committed=True, wait_ms=60_000)
         with writer.engine.connect().execution_options(isolation_level="READ COMMITTED") as conn, conn.begin():
             conn.exec_driver_sql("SET LOCAL synchronous_commit = on")
-            assert log.wake_readers(conn, log.wake_channel(conn), [token]) == 1
+            assert log.wake_readers(conn, [token]) == 1
             assert conn.exec_driver_sql("SHOW synchronous_commit").scalar_one() == "on"
         assert _woken(listening, registration, WAIT)
 
@@ -237,7 +238,8 @@ def _waited_on(engine: sa.Engine, partition: int) -> bool:
     with engine.connect() as conn:
         return bool(
             conn.exec_driver_sql(
-                "SELECT committed_until > now() FROM fetch_waiters w JOIN topics t USING (topic_id) "
+                "SELECT greatest(committed_until, committed_once_until) > now() "
+                "FROM fetch_waiters w JOIN topics t USING (topic_id) "
                 f"WHERE t.name = '{TOPIC}' AND w.partition = {partition}"
             ).scalar()
         )
@@ -316,9 +318,8 @@ def test_a_flood_of_wake_ups_costs_a_waiting_consumer_one_fetch_per_5_ms_at_most
 
     def flood() -> None:
         def send(conn: sa.Connection) -> None:
-            channel = log.wake_channel(conn)
             while not stop.is_set():
-                log.wake_readers(conn, channel, [token])
+                log.wake_readers(conn, [token])
 
         outsider.call(send)
 
@@ -466,7 +467,9 @@ def test_a_waiting_consumer_is_woken_by_the_write_not_by_its_own_polling(
         t.join(WAIT * 4)
         assert [r.value for r in got] == [b"hello"]
         metrics = consumer.metrics()
-    assert metrics["fetch_total"] == 3, "fetch, fetch after registering, fetch when woken"
+    assert metrics["fetch_total"] == 4, (
+        "fetch, fetch once quiet for a spacing, fetch after registering, fetch when woken"
+    )
 
 
 def test_a_consumer_told_not_to_listen_never_registers(engine: sa.Engine, db_url: str) -> None:
@@ -534,3 +537,185 @@ def test_a_wake_up_behind_another_in_the_same_packet_is_seen(engine: sa.Engine) 
         time.sleep(0.2)
         log.drain_wakeups(listener)  # every queued one, not the first of the batch only
         assert not log.await_notification(listener, "packet_test", lambda payload: True, 0.2)
+
+
+# --- one-shot registrations (migration 0042) ---------------------------------------------------
+
+
+def _register_once(listening: sa.Connection, partition: int, *, read_committed: bool = True) -> WaitRegistration:
+    return log.fetch_wait(listening, [(TOPIC, partition)], read_committed=read_committed, wait_ms=60_000, one_shot=True)
+
+
+def test_a_one_shot_registration_ends_with_the_wake_up_sent_for_it(
+    writer: Principal, reader: Principal, engine: sa.Engine
+) -> None:
+    token = _token_of(engine, 1)
+    with reader.engine.connect() as listening:
+        registration = _register_once(listening, 1)
+        answer = _write(writer, 1)
+        assert answer.wake == token
+        assert _write(writer, 1).wake == token, "a write alone does not end it: only its wake-up does"
+        assert _wake(writer, [token]) == 1
+        assert _woken(listening, registration, WAIT)
+        assert _write(writer, 1).wake is None, "ended by the wake-up: the reader reads now"
+        registration = _register_once(listening, 1)
+        assert _write(writer, 1).wake == token, "registered again for its next wait"
+
+
+def test_a_lasting_registration_outlives_its_wake_ups(writer: Principal, reader: Principal, engine: sa.Engine) -> None:
+    token = _token_of(engine, 1)
+    with reader.engine.connect() as listening:
+        registration = log.fetch_wait(listening, [(TOPIC, 1)], read_committed=True, wait_ms=60_000)
+        for _ in range(3):
+            assert _write(writer, 1).wake == token
+            assert _wake(writer, [token]) == 1
+            assert _woken(listening, registration, WAIT)
+
+
+def test_every_reader_registered_on_a_partition_hears_the_wake_up_that_ends_the_registration(
+    writer: Principal, reader: Principal, engine: sa.Engine
+) -> None:
+    # One row per partition holds every reader's registration: the wake-up that ends it must
+    # reach all of them, read_committed and read_uncommitted alike.
+    token = _token_of(engine, 2)
+    with reader.engine.connect() as first, reader.engine.connect() as second:
+        registrations = [(first, _register_once(first, 2)), (second, _register_once(second, 2, read_committed=False))]
+        assert _write(writer, 2).wake == token
+        assert _wake(writer, [token]) == 1
+        for listening, registration in registrations:
+            assert _woken(listening, registration, WAIT)
+        assert _write(writer, 2).wake is None
+
+
+def test_a_strangers_wake_up_ends_a_registration_only_by_waking_its_reader(
+    outsider: Principal, writer: Principal, reader: Principal, engine: sa.Engine
+) -> None:
+    # Any client may call wake_readers_v1 (as any role may NOTIFY): a registration it ends is
+    # one whose reader hears it, never one silently dropped.
+    token = _token_of(engine, 0)
+    with reader.engine.connect() as listening:
+        registration = _register_once(listening, 0)
+        assert _wake(outsider, [token]) == 1
+        assert _woken(listening, registration, WAIT)
+        assert _write(writer, 0).wake is None
+
+
+@pytest.mark.parametrize(
+    "tokens",
+    [
+        ["x"],
+        [None],
+        ["1:"],
+        [":1"],
+        ["1:2:3"],
+        ["-1:0"],
+        ["1:0 "],
+        ["2147483648:0"],
+        ["1:2147483648"],
+        ["99999999999:0"],
+        ["1:0", "bad"],
+        [f"1:{p}" for p in range(10_001)],
+    ],
+    ids=lambda t: repr(t)[:24],
+)
+def test_malformed_wake_tokens_are_refused_and_end_nothing(
+    tokens: list[str | None], writer: Principal, reader: Principal, engine: sa.Engine
+) -> None:
+    token = _token_of(engine, 0)
+    with reader.engine.connect() as listening:
+        registration = _register_once(listening, 0)
+        with pytest.raises(errors.InvalidRequestError):
+            writer.call(_wake_raw, tokens=[token, *tokens])
+        assert not _woken(listening, registration, 0.05), "nothing was sent"
+        assert _write(writer, 0).wake == token, "the registration still holds"
+
+
+def _wake_raw(conn: sa.Connection, *, tokens: list[str | None]) -> None:
+    """wake_readers_v1 with exactly these tokens (the client sends each once)."""
+    with mapped_errors():
+        conn.exec_driver_sql("SELECT wake_readers_v1(%(tokens)s::text[])", {"tokens": tokens})
+
+
+def test_an_empty_wake_up_sends_nothing(writer: Principal) -> None:
+    assert _wake(writer, []) == 0
+
+
+def test_many_tokens_go_in_payloads_of_500(writer: Principal, reader: Principal, engine: sa.Engine) -> None:
+    token = _token_of(engine, 3)
+    others = [f"{900_000 + i}:0" for i in range(1_200)]
+    with reader.engine.connect() as listening:
+        registration = _register_once(listening, 3)
+        assert _wake(writer, [*others, token, token]) == 3, "1201 distinct tokens: 3 payloads"
+        assert _woken(listening, registration, WAIT)
+
+
+def test_a_wake_up_passes_over_a_registration_being_made_instead_of_waiting_for_it(
+    writer: Principal, reader: Principal, engine: sa.Engine
+) -> None:
+    # A reader registering holds its fetch_waiters row while it waits out the appends in flight.
+    # A wake-up then skips that row (it never waits on a reader): the registration holds when it
+    # is done, for the next write. Had the wake-up waited, it would have ended the registration.
+    token = _token_of(engine, 0)
+    libpq = writer.url.replace("postgresql+psycopg", "postgresql")
+    for _attempt in range(5):
+        with psycopg.connect(libpq, options="-c search_path=oncelog") as appender:
+            appender.execute(
+                "SELECT wake FROM produce_batches_v1(NULL, NULL, NULL, NULL, '{t}', '{0}', NULL, '{1}', "
+                "'{NULL}'::bytea[], '{held}'::bytea[], NULL, NULL)"
+            ).fetchone()
+            registered = threading.Event()
+            with reader.engine.connect() as listening:
+                pid = int(listening.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
+
+                def register(conn: sa.Connection = listening, done: threading.Event = registered) -> None:
+                    _register_once(conn, 0)
+                    done.set()
+
+                t = threading.Thread(target=register)
+                t.start()
+                deadline = time.monotonic() + WAIT
+                while not _locks_waited_on(engine, pid) and not registered.is_set():
+                    assert time.monotonic() < deadline, "the registration never waited"
+                    time.sleep(0.005)
+                assert _wake(writer, [token]) == 1
+                in_flight = not registered.is_set()
+                appender.commit()
+                t.join(WAIT)
+                assert registered.is_set()
+                if in_flight:
+                    assert _write(writer, 0).wake == token, "the wake-up ended a registration it should pass over"
+                    return
+                log.drain_wakeups(listening)
+        with engine.begin() as conn:
+            conn.exec_driver_sql("DELETE FROM fetch_waiters")
+    pytest.fail("never woke while a registration was being made (its wait lasts 250 ms at most)")
+
+
+def test_racing_registrations_and_writes_lose_no_wake_up(writer: Principal, reader: Principal) -> None:
+    # The promise of a registration: a write racing it either lands before the reader's fetch
+    # that follows the registration, or answers with the token that wakes the reader. Raced
+    # 200 times with real threads and sessions; a lost wake-up fails the await.
+    start = threading.Barrier(2)
+    with reader.engine.connect() as listening:
+        seen = 0
+        for i in range(200):
+            answers: list[ProduceResult] = []
+
+            def write(tag: str = f"r{i}", out: list[ProduceResult] = answers) -> None:
+                start.wait(WAIT)
+                answer = _write(writer, 1, tag)
+                out.append(answer)
+                if answer.wake is not None:
+                    _wake(writer, [answer.wake])
+
+            t = threading.Thread(target=write)
+            t.start()
+            start.wait(WAIT)
+            registration = _register_once(listening, 1)
+            fetched = log.fetch_many(listening, {(TOPIC, 1): seen})[(TOPIC, 1)].records
+            t.join(WAIT)
+            assert len(answers) == 1
+            if [r.value for r in fetched] != [f"r{i}".encode()]:
+                assert answers[0].wake is not None, f"round {i}: the write neither showed nor woke"
+                assert _woken(listening, registration, WAIT), f"round {i}: no wake-up came"
+            seen = answers[0].base_offset + 1

@@ -356,12 +356,8 @@ class FakeStore:
         with self._call("txn_offset_commit", args):
             pass
 
-    def wake_channel(self, conn: object) -> str:
-        with self._call("wake_channel", {}):
-            return "fake_wake_channel"
-
-    def wake_readers(self, conn: object, channel: str, tokens: Sequence[str]) -> int:
-        with self._call("wake_readers", {"channel": channel, "tokens": list(tokens)}):
+    def wake_readers(self, conn: object, tokens: Sequence[str]) -> int:
+        with self._call("wake_readers", {"tokens": list(tokens)}):
             self.woken.append(list(tokens))
             return 1
 
