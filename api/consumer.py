@@ -537,15 +537,13 @@ class Consumer(Client):
                 if self._coordinator is not None and not self._coordinator.session_alive():
                     # The session ran out around this fetch (a stalled process): its partitions
                     # may have new owners. Drop the records; the next round loses the partitions.
+                    self._registration = None
                     continue
                 if records:
-                    # A write found after a wait was most likely woken for, and a wake-up ends
-                    # the registration (one-shot, fetch_wait_v2): this reader registers again
-                    # when it next finds nothing, so writers name its partitions only while it
-                    # waits, not while it reads. A fetch that finds nothing (woken for nothing:
-                    # a stranger's NOTIFY) keeps it: a flood must not buy a registration per
-                    # wake-up; should the registration be gone, the reader still looks again
-                    # within fetch_max_backoff_ms.
+                    # Records found may have come by a write that a wake-up announced, which
+                    # ended the registration (one-shot, fetch_wait_v2): this reader registers
+                    # again when it next finds nothing, so writers name its partitions only
+                    # while it waits, not while it reads.
                     self._registration = None
                     return records
                 remaining = deadline - time.monotonic()
@@ -559,15 +557,29 @@ class Consumer(Client):
                     # sooner than that spacing after a wake-up anyway, and now finds the records
                     # without either. A reader of a quiet partition registers a spacing later, so
                     # a record written in that spacing waits for the look that ends it.
+                    # Then the registration, and the fetch that must follow it, which is also
+                    # the look after the spacing.
                     settled = True
                     runtime.sleep(min(self._min_backoff, _WAKE_SPACING_S, remaining))
-                    continue
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return records
+                    registration = self._waiting(remaining, register=True)
                 if registration is False:
                     # Registered just now: fetch once more before waiting. A write committed
                     # before the registration is in that fetch; every later one wakes this reader.
                     continue
                 if registration is not None:
                     woken = self._fetcher.await_wakeup(registration, min(backoff, remaining))
+                    if woken:
+                        # The wake-up may have ended the registration, whether or not the next
+                        # fetch finds anything (a transaction's append announced to a
+                        # read_uncommitted reader of the same partition, an abort's markers,
+                        # a stranger's call of wake_readers_v1): registered again, after a
+                        # quiet spacing, if that fetch finds nothing. A flood of wake-ups so
+                        # costs two fetches and a registration per 10 ms at most.
+                        self._registration = None
+                        settled = False
                     # At most one fetch per 5 ms (fetch_min_backoff_ms if shorter) however often
                     # it is woken: a polling reader looks no more often by default, the producers
                     # of a busy partition would otherwise buy a fetch with every commit, and

@@ -650,14 +650,20 @@ def wake_readers(conn: sa.Connection, tokens: Sequence[str]) -> int:
     # caller's transaction the caller's durability is left alone.
     driver = conn.connection.driver_connection
     statement = _WAKE_NOW if driver is not None and driver.autocommit else _WAKE
+    distinct = sorted(set(tokens))
+    sent = 0
     with mapped_errors(), runtime.driver_cursor(conn) as cur:
-        cur.execute(statement, (sorted(set(tokens)),), prepare=True)
-        row = cur.fetchone()
-    return int(row[0]) if row is not None else 0
+        for start in range(0, len(distinct), _MAX_WAKE_TOKENS):
+            cur.execute(statement, (distinct[start : start + _MAX_WAKE_TOKENS],), prepare=True)
+            row = cur.fetchone()
+            sent += int(row[0]) if row is not None else 0
+    return sent
 
 
 _WAKE = "SELECT wake_readers_v1(%s::text[])"
 _WAKE_NOW = "SELECT wake_readers_v1(%s::text[]), set_config('synchronous_commit', 'off', true)"
+#: The most tokens wake_readers_v1 takes in one call.
+_MAX_WAKE_TOKENS = 10_000
 
 
 def _token(topic_id: int, partition: int) -> str:

@@ -17,18 +17,24 @@ what the previous NOTIFY announced. Four producers committing one-record transac
 * ``wake_readers_v1``: what a producer calls after its write committed, in a transaction of its
   own (clients sent ``pg_notify`` themselves): it ends the one-shot registrations of the tokens'
   partitions and NOTIFYs the channel in the same transaction, so every reader whose registration
-  it ended hears it. A row a reader is registering on is skipped (SKIP LOCKED). Tokens are
-  checked (``topic_id:partition``, at most 10000): ``OL000`` otherwise.
+  it ended is listening when the NOTIFY is delivered. A row a reader is registering on is
+  skipped (SKIP LOCKED). Tokens are checked (canonical ``topic_id:partition``, as readers match
+  the NOTIFY's text; at most 10000): ``OL000`` otherwise.
+* ``fetch_wait_register_v1`` waits at most 250 ms for a ``fetch_waiters`` row another session
+  holds (anyone may keep a transaction open after ``wake_readers_v1``), then goes on without the
+  registration.
 * ``fetch_waiting_v1``, ``txn_waiters_v1``, ``txn_abort_waiters_v1``: a partition is waited on
   while either kind of registration holds.
-* ``wake_payloads_v1``: the payloads (each token once, 500 to a payload), for ``wake_notify_v1``
-  and ``wake_readers_v1``.
+* ``wake_payloads_v1``: the payloads (each token once, 350 to a payload: under 8000 bytes for the
+  longest tokens), for ``wake_notify_v1`` (which sent 500) and ``wake_readers_v1``.
 * ``wake_channel_v1``: plpgsql instead of sql: PostgreSQL 15 planned the sql function's query
   again in every transaction (about 30 us of each wake-up).
 
+The Consumer registers with ``fetch_wait_v2`` once its partitions stay quiet for 5 ms, and drops
+its registration after every wake-up for its partitions and after a poll that returned records.
 Clients of earlier versions keep working: their lasting registrations are not ended by a
-wake-up, and their plain ``pg_notify`` ends no one-shot registration (its readers register again
-after a poll that returned records anyway).
+wake-up, and their plain ``pg_notify`` ends no one-shot registration. Clients of this version
+need the schema at this revision (upgrade the schema first).
 
 Changed (frozen from store/sql by scripts/freeze_revision.py): +fetch_wait_register_v1(text[], integer[], boolean, integer, boolean), +fetch_wait_v2(text[], integer[], boolean, integer), +wake_payloads_v1(text[]), +wake_readers_v1(text[]), fetch_wait_v1(text[], integer[], boolean, integer), fetch_waiting_v1(text, integer, boolean, boolean), txn_abort_waiters_v1(bigint, bigint), txn_waiters_v1(bigint, bigint), wake_channel_v1(), wake_notify_v1(text[]).
 """

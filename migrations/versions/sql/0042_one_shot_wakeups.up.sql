@@ -16,6 +16,7 @@ AS $function$
 DECLARE
     v_channel text := wake_channel_v1();
     v_until timestamptz;
+    v_lock_timeout text;
 BEGIN
     IF coalesce(cardinality(p_topics), 0) <> coalesce(cardinality(p_partitions), 0)
        OR coalesce(cardinality(p_topics), 0) > 10000 THEN
@@ -34,22 +35,33 @@ BEGIN
     v_until := server_now_v1() + make_interval(secs => p_wait_ms / 1000.0);
     -- A lasting registration (p_once false, fetch_wait_v1) holds until its time is up; a
     -- one-shot one (fetch_wait_v2) also ends with the first wake-up sent for it (wake_readers_v1).
-    INSERT INTO fetch_waiters AS w
-        (topic_id, partition, committed_until, uncommitted_until, committed_once_until, uncommitted_once_until)
-    SELECT DISTINCT t.topic_id, q.partition,
-           CASE WHEN p_read_committed AND NOT p_once THEN v_until END,
-           CASE WHEN NOT p_read_committed AND NOT p_once THEN v_until END,
-           CASE WHEN p_read_committed AND p_once THEN v_until END,
-           CASE WHEN NOT p_read_committed AND p_once THEN v_until END
-    FROM unnest(p_topics, p_partitions) AS q(topic, partition)
-    JOIN topics t ON t.name = q.topic
-    JOIN partitions pt ON pt.topic_id = t.topic_id AND pt.partition = q.partition
-    ORDER BY 1, 2
-    ON CONFLICT ON CONSTRAINT pk_fetch_waiters DO UPDATE SET
-        committed_until = greatest(w.committed_until, EXCLUDED.committed_until),
-        uncommitted_until = greatest(w.uncommitted_until, EXCLUDED.uncommitted_until),
-        committed_once_until = greatest(w.committed_once_until, EXCLUDED.committed_once_until),
-        uncommitted_once_until = greatest(w.uncommitted_once_until, EXCLUDED.uncommitted_once_until);
+    -- The upsert waits for a row another session holds: a reader registering (milliseconds), or
+    -- anyone who keeps a transaction open after wake_readers_v1 or this function, which any
+    -- client may do. Bounded as the wait below (revision 0042): past it the reader goes without
+    -- a registration and finds the records by its own looks.
+    v_lock_timeout := current_setting('lock_timeout');
+    BEGIN
+        PERFORM set_config('lock_timeout', '250ms', true);
+        INSERT INTO fetch_waiters AS w
+            (topic_id, partition, committed_until, uncommitted_until, committed_once_until, uncommitted_once_until)
+        SELECT DISTINCT t.topic_id, q.partition,
+               CASE WHEN p_read_committed AND NOT p_once THEN v_until END,
+               CASE WHEN NOT p_read_committed AND NOT p_once THEN v_until END,
+               CASE WHEN p_read_committed AND p_once THEN v_until END,
+               CASE WHEN NOT p_read_committed AND p_once THEN v_until END
+        FROM unnest(p_topics, p_partitions) AS q(topic, partition)
+        JOIN topics t ON t.name = q.topic
+        JOIN partitions pt ON pt.topic_id = t.topic_id AND pt.partition = q.partition
+        ORDER BY 1, 2
+        ON CONFLICT ON CONSTRAINT pk_fetch_waiters DO UPDATE SET
+            committed_until = greatest(w.committed_until, EXCLUDED.committed_until),
+            uncommitted_until = greatest(w.uncommitted_until, EXCLUDED.uncommitted_until),
+            committed_once_until = greatest(w.committed_once_until, EXCLUDED.committed_once_until),
+            uncommitted_once_until = greatest(w.uncommitted_once_until, EXCLUDED.uncommitted_once_until);
+        PERFORM set_config('lock_timeout', v_lock_timeout, true);
+    EXCEPTION WHEN lock_not_available THEN
+        NULL;  -- the subtransaction's rollback restores lock_timeout
+    END;
     -- An append checks for waiters under its partition's lock (produce_batches_v1, the commits).
     -- Wait here until the appends holding these partitions now have finished: they committed
     -- before the caller's next fetch (which then sees them), and every later one sees this
@@ -100,16 +112,17 @@ CREATE OR REPLACE FUNCTION wake_payloads_v1(p_tokens text[])
  IMMUTABLE
  SET search_path FROM CURRENT
 AS $function$
-    -- Each token once, in payloads of 500 tokens at most: well under PostgreSQL's 8000 bytes.
+    -- Each token once, in payloads of 350 tokens at most: a token is at most 21 bytes
+    -- (topic_id:partition, each at most 2147483647), so a payload stays under PostgreSQL's 8000.
     SELECT string_agg(c.token, ',' ORDER BY c.n)
-    FROM (SELECT d.token, d.n, (d.n - 1) / 500 AS chunk
+    FROM (SELECT d.token, d.n, (d.n - 1) / 350 AS chunk
           FROM (SELECT u.token, row_number() OVER (ORDER BY u.token) AS n
                 FROM (SELECT DISTINCT token FROM unnest(p_tokens) AS t(token) WHERE token IS NOT NULL) u) d) c
     GROUP BY c.chunk
     ORDER BY c.chunk
 $function$;
 
-COMMENT ON FUNCTION wake_payloads_v1(text[]) IS 'Internal: the NOTIFY payloads that carry these wake tokens (each once, comma-separated, 500 to a payload).';
+COMMENT ON FUNCTION wake_payloads_v1(text[]) IS 'Internal: the NOTIFY payloads that carry these wake tokens (each once, comma-separated, 350 to a payload).';
 
 REVOKE ALL ON FUNCTION wake_payloads_v1(text[]) FROM PUBLIC, @schema@_reader, @schema@_client, @schema@_admin;
 
@@ -132,12 +145,14 @@ BEGIN
     ELSIF v_n = 0 THEN
         RETURN 0;
     END IF;
-    -- A malformed token parses to NULL (CASE: no cast runs on what the pattern refused).
-    SELECT array_agg(CASE WHEN u.token ~ '^[0-9]{1,10}:[0-9]{1,10}$'
+    -- A malformed token parses to NULL (CASE: no cast runs on what the pattern refused). Only
+    -- the canonical form, as writes answer it: readers match the NOTIFY's text, so '01:0' would
+    -- end partition 1:0's registrations and wake nobody.
+    SELECT array_agg(CASE WHEN u.token ~ '^(0|[1-9][0-9]{0,9}):(0|[1-9][0-9]{0,9})$'
                                AND split_part(u.token, ':', 1)::bigint <= 2147483647
                                AND split_part(u.token, ':', 2)::bigint <= 2147483647
                           THEN split_part(u.token, ':', 1)::integer END),
-           array_agg(CASE WHEN u.token ~ '^[0-9]{1,10}:[0-9]{1,10}$'
+           array_agg(CASE WHEN u.token ~ '^(0|[1-9][0-9]{0,9}):(0|[1-9][0-9]{0,9})$'
                                AND split_part(u.token, ':', 2)::bigint <= 2147483647
                           THEN split_part(u.token, ':', 2)::integer END)
       INTO v_topic_ids, v_partitions
@@ -163,8 +178,8 @@ BEGIN
           ORDER BY f.topic_id, f.partition
           FOR UPDATE OF f SKIP LOCKED) d
     WHERE w.topic_id = d.topic_id AND w.partition = d.partition;
-    IF v_n = 1 THEN  -- the common case, without the payloads' aggregate
-        PERFORM pg_notify(wake_channel_v1(), p_tokens[1]);
+    IF v_n = 1 THEN  -- the common case, without the payloads' aggregate (any array bounds)
+        PERFORM pg_notify(wake_channel_v1(), u.token) FROM unnest(p_tokens) AS u(token);
         RETURN 1;
     END IF;
     FOR v_payload IN SELECT wake_payloads_v1(p_tokens) LOOP
@@ -175,7 +190,7 @@ BEGIN
 END
 $function$;
 
-COMMENT ON FUNCTION wake_readers_v1(text[]) IS 'Wakes the readers waiting on the partitions of these wake tokens (topic_id:partition, as a write answered them): NOTIFYs the schema''s channel (wake_channel_v1()) with them, and ends the one-shot registrations (fetch_wait_v2) they answered, so later writes do not name those partitions until their readers register again. Call it after the write committed, in a transaction of its own: the NOTIFY is delivered at its commit. Answers the NOTIFYs sent (500 tokens to a payload). Any client may wake any partition''s readers: a reader woken for nothing fetches once.';
+COMMENT ON FUNCTION wake_readers_v1(text[]) IS 'Wakes the readers waiting on the partitions of these wake tokens (topic_id:partition, as a write answered them): NOTIFYs the schema''s channel (wake_channel_v1()) with them, and ends the one-shot registrations (fetch_wait_v2) they answered, so later writes do not name those partitions until their readers register again. Call it after the write committed, in a transaction of its own: the NOTIFY is delivered at its commit. Answers the NOTIFYs sent (350 tokens to a payload). Tokens in their canonical form only, at most 10000. Any client may wake any partition''s readers: each reader woken fetches, and registers again if it then finds nothing.';
 
 REVOKE ALL ON FUNCTION wake_readers_v1(text[]) FROM PUBLIC, @schema@_reader, @schema@_client, @schema@_admin;
 
