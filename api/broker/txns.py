@@ -207,16 +207,32 @@ class TxnHandlers:
         try:
             slot = await self._slot(tid, pid, epoch)
             number = slot.number
+            adopted = False  # the transaction to end is one this broker did not number
             if not slot.started:
                 # No write of this transaction reached the store through this broker. Either
                 # nothing was written in it, or this is an EndTxn resent for the transaction
-                # that ended last (its answer lost, perhaps with the broker that gave it): the
-                # store's row tells, and the store answers a resend as the retry it is or
-                # refuses the other decision. It also says whether this producer was fenced.
+                # that ended last (its answer lost, perhaps with the broker that gave it), or
+                # the transaction was written through another broker: the store's row tells,
+                # and the store answers a resend as the retry it is or refuses the other
+                # decision. It also says whether this producer was fenced.
                 status = await self._current(tid, pid, epoch)
-                if status.state not in _ENDED:
+                if status.state == "Ongoing":
+                    # Opened through another broker since this one last saw the id. Nothing in
+                    # the request tells a commit meant for it from a late copy of an EndTxn
+                    # for the transaction before it (docs/guide-broker.md, "A client that moves
+                    # between brokers"), and committing a half-written transaction would break
+                    # exactly-once. So an abort ends it (an abort is safe whatever it was
+                    # meant for: a commit of it is refused later), and a commit is refused:
+                    # the client learns that its transaction did not commit, and its next
+                    # instance's InitProducerId aborts it. Answering "nothing to end" told the
+                    # client it had committed while the store aborted it at its timeout.
+                    if commit:
+                        return answer(error_code(errors.InvalidTxnStateError("opened through another broker")))
+                    number, adopted = status.txn_number, True
+                elif status.state not in _ENDED:
                     return answer(NONE)  # nothing was written in this transaction: nothing to end
-                number = status.txn_number
+                else:
+                    number = status.txn_number
         except errors.OncelogError as exc:
             return answer(_coordinator_code(exc))
         try:
@@ -235,6 +251,6 @@ class TxnHandlers:
             return answer(_coordinator_code(exc))
         if wake:
             self._wake(wake)  # read_committed readers of the partitions it held back
-        if number == slot.number:
+        if number == slot.number or adopted:
             slot.number, slot.started = number + 1, False
         return answer(NONE)

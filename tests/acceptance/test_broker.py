@@ -1361,8 +1361,8 @@ def test_a_pipelined_transaction_appends_its_partitions_side_by_side_and_commits
 @pytest.mark.xfail(
     strict=True,
     raises=AssertionError,
-    reason="known gap (docs/guide-broker.md, 'A client that moves between brokers'): an EndTxn at a broker "
-    "that saw none of the transaction's writes answers 'nothing to end' while the store has it open",
+    reason="known gap (docs/guide-broker.md, 'A client that moves between brokers'): a commit sent to a broker "
+    "that saw none of the transaction's writes is refused (INVALID_TXN_STATE), not carried out",
 )
 @pytest.mark.timeout(60)
 def test_an_end_txn_here_ends_a_transaction_opened_through_another_broker(
@@ -1370,35 +1370,18 @@ def test_an_end_txn_here_ends_a_transaction_opened_through_another_broker(
 ) -> None:
     """A producer whose coordinator moved to another broker mid-way and back (its connection
     lost, not the broker) sends EndTxn here for the transaction it opened there: the transaction
-    must commit. Today this broker answers "nothing to end", and the transaction stays open until
-    its timeout aborts it: a commit reported and lost."""
+    should commit. Today this broker refuses the commit (the client learns it did not commit:
+    see the test after this one), since nothing in the request tells it from a late copy of the
+    EndTxn before it."""
     tid = "tx-two-brokers"
     with running_broker(db_url) as other:
         here, there = _Wire(broker), _Wire(other)
         try:
-            ident = here.call(
-                InitProducerIdRequest(version=4, transactional_id=tid, transaction_timeout_ms=60_000),
-                InitProducerIdResponse,
-            )
-            pid, epoch = ident.producer_id, ident.producer_epoch
-            add = AddPartitionsToTxnRequest(
-                version=3,
-                v3_and_below_transactional_id=tid,
-                v3_and_below_producer_id=pid,
-                v3_and_below_producer_epoch=epoch,
-                v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=TOPIC, partitions=[0])],
-            )
-            end = EndTxnRequest(version=3, transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=True)
+            pid, epoch = _init_txn(here, tid)
             for n, (first, last) in enumerate(((here, here), (there, here))):
                 # Steps that must work today fail as errors, not as the expected AssertionError.
-                added = first.call(add, AddPartitionsToTxnResponse).results_by_topic_v3_and_below
-                codes = [r.partition_error_code for t in added for r in t.results_by_partition]
-                records = _batch(pid, epoch, n, [b"txn-%d" % n], transactional=True)
-                (topic,) = first.call(_produce_request(records, 0, tid), ProduceResponse).responses
-                codes += [a.error_code for a in topic.partition_responses]
-                codes.append(last.call(end, EndTxnResponse).error_code)
-                if codes != [0, 0, 0]:
-                    raise RuntimeError(f"transaction {n + 1}: add, produce, end answered {codes}")
+                _add_and_produce(first, tid, pid, epoch, n)
+                assert _end(last, tid, pid, epoch, commit=True) == 0, f"transaction {n + 1}'s commit was refused"
         finally:
             here.close()
             there.close()
@@ -1406,6 +1389,97 @@ def test_an_end_txn_here_ends_a_transaction_opened_through_another_broker(
         status = txn.describe_transaction(conn, transactional_id=tid)
     assert (status.state, status.txn_number) == ("CompleteCommit", 2)
     assert [r.value for r in read_committed(db_url, TOPIC, 0)] == [b"txn-0", b"txn-1"]
+
+
+@pytest.mark.timeout(60)
+def test_a_commit_here_of_a_transaction_opened_through_another_broker_is_refused_never_lost(
+    db_url: str, broker: str, engine: Any
+) -> None:
+    """The same producer's commit, sent here for the transaction it opened through the other
+    broker, is refused (INVALID_TXN_STATE: librdkafka and Kafka's Java client treat it as
+    fatal), never answered as committed: the transaction stays open, and the producer's next
+    instance aborts it. Before, this broker answered "nothing to end", and the store aborted the
+    transaction at its timeout: a commit reported and lost."""
+    tid = "tx-two-brokers-refused"
+    with running_broker(db_url) as other:
+        here, there = _Wire(broker), _Wire(other)
+        try:
+            pid, epoch = _init_txn(here, tid)
+            _add_and_produce(here, tid, pid, epoch, 0)
+            assert _end(here, tid, pid, epoch, commit=True) == 0
+            _add_and_produce(there, tid, pid, epoch, 1)
+            assert _end(here, tid, pid, epoch, commit=True) == 48  # INVALID_TXN_STATE
+            with engine.connect() as conn:
+                status = txn.describe_transaction(conn, transactional_id=tid)
+            assert (status.state, status.txn_number) == ("Ongoing", 2)
+            _init_txn(here, tid)  # the next instance: fences the producer, aborts its transaction
+        finally:
+            here.close()
+            there.close()
+    with engine.connect() as conn:
+        assert txn.describe_transaction(conn, transactional_id=tid).state != "Ongoing"
+    assert [r.value for r in read_committed(db_url, TOPIC, 0)] == [b"txn-0"]
+
+
+@pytest.mark.timeout(60)
+def test_an_abort_here_ends_a_transaction_opened_through_another_broker(db_url: str, broker: str, engine: Any) -> None:
+    """An abort sent here for the transaction the producer opened through the other broker ends
+    it (an abort is safe whatever it was meant for), and the producer's next transaction here
+    takes the number after it."""
+    tid = "tx-two-brokers-abort"
+    with running_broker(db_url) as other:
+        here, there = _Wire(broker), _Wire(other)
+        try:
+            pid, epoch = _init_txn(here, tid)
+            _add_and_produce(here, tid, pid, epoch, 0)
+            assert _end(here, tid, pid, epoch, commit=True) == 0
+            _add_and_produce(there, tid, pid, epoch, 1)
+            assert _end(here, tid, pid, epoch, commit=False) == 0
+            with engine.connect() as conn:
+                status = txn.describe_transaction(conn, transactional_id=tid)
+            assert (status.state, status.txn_number) == ("CompleteAbort", 2)
+            _add_and_produce(here, tid, pid, epoch, 2)
+            assert _end(here, tid, pid, epoch, commit=True) == 0
+        finally:
+            here.close()
+            there.close()
+    with engine.connect() as conn:
+        status = txn.describe_transaction(conn, transactional_id=tid)
+    assert (status.state, status.txn_number) == ("CompleteCommit", 3)
+    assert [r.value for r in read_committed(db_url, TOPIC, 0)] == [b"txn-0", b"txn-2"]
+
+
+def _init_txn(wire: _Wire, tid: str) -> tuple[int, int]:
+    ident = wire.call(
+        InitProducerIdRequest(version=4, transactional_id=tid, transaction_timeout_ms=60_000), InitProducerIdResponse
+    )
+    if ident.error_code != 0:
+        raise RuntimeError(f"InitProducerId answered {ident.error_code}")
+    return int(ident.producer_id), int(ident.producer_epoch)
+
+
+def _add_and_produce(wire: _Wire, tid: str, pid: int, epoch: int, n: int) -> None:
+    """Transaction ``n`` of ``tid``: partition 0 added, one record b"txn-<n>" written (sequence n);
+    a step that fails raises RuntimeError (these tests' steps that must work)."""
+    add = AddPartitionsToTxnRequest(
+        version=3,
+        v3_and_below_transactional_id=tid,
+        v3_and_below_producer_id=pid,
+        v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=TOPIC, partitions=[0])],
+    )
+    added = wire.call(add, AddPartitionsToTxnResponse).results_by_topic_v3_and_below
+    codes = [r.partition_error_code for t in added for r in t.results_by_partition]
+    records = _batch(pid, epoch, n, [b"txn-%d" % n], transactional=True)
+    (topic,) = wire.call(_produce_request(records, 0, tid), ProduceResponse).responses
+    codes += [a.error_code for a in topic.partition_responses]
+    if codes != [0, 0]:
+        raise RuntimeError(f"transaction {n}: add, produce answered {codes}")
+
+
+def _end(wire: _Wire, tid: str, pid: int, epoch: int, *, commit: bool) -> int:
+    end = EndTxnRequest(version=3, transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=commit)
+    return int(wire.call(end, EndTxnResponse).error_code)
 
 
 @pytest.mark.timeout(60)
