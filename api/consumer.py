@@ -526,7 +526,12 @@ class Consumer(Client):
         deadline = time.monotonic() + max(wait, 0.0)
         backoff = self._min_backoff
         last_fetch = 0.0
+        # The least time between a fetch and the next one after a wake-up, and before a
+        # registration: 5 ms (fetch_min_backoff_ms if shorter), doubled after every wake-up
+        # that brought nothing.
+        spacing = min(self._min_backoff, _WAKE_SPACING_S)
         settled = False  # the partitions stayed quiet for a spacing: worth a registration
+        woken = False
         while True:
             if not self._retry_due(deadline):
                 return []
@@ -549,22 +554,22 @@ class Consumer(Client):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return records
+                if woken:
+                    # Woken, and nothing to read: anyone may call wake_readers_v1, and a flood
+                    # of wake-ups must not become a stream of fetches and registrations.
+                    spacing = min(spacing * 2, max(self._max_backoff, spacing))
+                woken = False
                 registration = self._waiting(remaining, register=settled) if self._listen else None
                 if registration is None and self._listen and not settled:
-                    # Register only once the partitions stay quiet for a spacing (5 ms, or
-                    # fetch_min_backoff_ms if shorter). A registration costs a write, and a
-                    # NOTIFY from the next writer; a reader of a busy partition would look no
-                    # sooner than that spacing after a wake-up anyway, and now finds the records
-                    # without either. A reader of a quiet partition registers a spacing later, so
-                    # a record written in that spacing waits for the look that ends it.
-                    # Then the registration, and the fetch that must follow it, which is also
-                    # the look after the spacing.
+                    # Register only once the partitions stay quiet for a spacing. A registration
+                    # costs a write, and a NOTIFY from the next writer; a reader of a busy
+                    # partition would look no sooner than that spacing after a wake-up anyway,
+                    # and finds the records then without either. A reader of a quiet partition
+                    # registers a spacing later, so a record written in that spacing waits for
+                    # the look that ends it.
                     settled = True
-                    runtime.sleep(min(self._min_backoff, _WAKE_SPACING_S, remaining))
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return records
-                    registration = self._waiting(remaining, register=True)
+                    runtime.sleep(min(spacing, remaining))
+                    continue
                 if registration is False:
                     # Registered just now: fetch once more before waiting. A write committed
                     # before the registration is in that fetch; every later one wakes this reader.
@@ -575,18 +580,15 @@ class Consumer(Client):
                         # The wake-up may have ended the registration, whether or not the next
                         # fetch finds anything (a transaction's append announced to a
                         # read_uncommitted reader of the same partition, an abort's markers,
-                        # a stranger's call of wake_readers_v1): registered again, after a
-                        # quiet spacing, if that fetch finds nothing. A flood of wake-ups so
-                        # costs two fetches and a registration per 10 ms at most.
+                        # a stranger's call of wake_readers_v1): registered again if that
+                        # fetch finds nothing. However often it is woken, the reader looks no
+                        # sooner than a spacing after its last fetch: a polling reader looks no
+                        # more often by default, and the producers of a busy partition would
+                        # otherwise buy a fetch with every commit.
                         self._registration = None
-                        settled = False
-                    # At most one fetch per 5 ms (fetch_min_backoff_ms if shorter) however often
-                    # it is woken: a polling reader looks no more often by default, the producers
-                    # of a busy partition would otherwise buy a fetch with every commit, and
-                    # anyone may NOTIFY (a flood must not become a fetch loop).
-                    idle = min(self._min_backoff, _WAKE_SPACING_S) - (time.monotonic() - last_fetch)
-                    if woken and idle > 0:
-                        runtime.sleep(min(idle, max(deadline - time.monotonic(), 0.0)))
+                        idle = spacing - (time.monotonic() - last_fetch)
+                        if idle > 0:
+                            runtime.sleep(min(idle, max(deadline - time.monotonic(), 0.0)))
                 else:
                     runtime.sleep(min(backoff, remaining))
             except errors.DatabaseUnavailableError as exc:
@@ -733,6 +735,11 @@ class Consumer(Client):
             wait_ms=wait_ms,
             timeout=min(remaining + _FETCH_GRACE_S, self._api_timeout),
         )
+        if not registration.tokens:
+            # Not registered (a session kept the registration rows locked past the store's
+            # bound): this round looks again on its backoff, the next one registers again.
+            self._registration = None
+            return None
         # Valid a little less long than the store holds it: the clocks differ by the round trip.
         self._registration = (key, now + wait_ms / 1000 - 0.5, registration)
         return False

@@ -105,17 +105,15 @@ class Fetcher:
     ) -> WaitRegistration:
         """Register a wait for writes to ``partitions`` and LISTEN on the kept connection
         (:func:`oncelog.store.log.fetch_wait`, one-shot: it ends with the first wake-up sent for
-        it); wake-ups that came before are forgotten, since the fetch that must follow sees what
-        they announced."""
+        it). Wake-ups queued before are forgotten first, since the fetch that must follow sees
+        what they announced; one that arrives with the registration's answer is kept, as it may
+        have ended the registration just made. No tokens: the store could not register it."""
         self._settle_ahead()
 
         def register(conn: sa.Connection) -> WaitRegistration:
             with bounded(conn, timeout):
-                registration = log.fetch_wait(
-                    conn, partitions, read_committed=read_committed, wait_ms=wait_ms, one_shot=True
-                )
                 log.drain_wakeups(conn)
-                return registration
+                return log.fetch_wait(conn, partitions, read_committed=read_committed, wait_ms=wait_ms, one_shot=True)
 
         with caller_deadline(timeout):
             registration = self._on_connection(register)

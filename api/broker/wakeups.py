@@ -276,6 +276,10 @@ class FetchWakeups:
             # and ask again once this answer lapses, in case the right was granted meanwhile.
             logger.debug("no wake-ups for %s: %s", sorted(partitions), exc)
             return frozenset(), session
+        if not registration.tokens:
+            # Not registered (a session kept the registration rows locked past the store's
+            # bound): these Fetches use their timers, and the next one asks again.
+            return frozenset(), None
         return registration.tokens, session
 
     def _answer_all(self) -> None:

@@ -21,8 +21,8 @@ what the previous NOTIFY announced. Four producers committing one-record transac
   skipped (SKIP LOCKED). Tokens are checked (canonical ``topic_id:partition``, as readers match
   the NOTIFY's text; at most 10000): ``OL000`` otherwise.
 * ``fetch_wait_register_v1`` waits at most 250 ms for a ``fetch_waiters`` row another session
-  holds (anyone may keep a transaction open after ``wake_readers_v1``), then goes on without the
-  registration.
+  holds (anyone may keep a transaction open after ``wake_readers_v1``); past that it registers
+  nothing and answers no rows, for ``fetch_wait_v1`` as for ``fetch_wait_v2``.
 * ``fetch_waiting_v1``, ``txn_waiters_v1``, ``txn_abort_waiters_v1``: a partition is waited on
   while either kind of registration holds.
 * ``wake_payloads_v1``: the payloads (each token once, 350 to a payload: under 8000 bytes for the
@@ -31,7 +31,9 @@ what the previous NOTIFY announced. Four producers committing one-record transac
   again in every transaction (about 30 us of each wake-up).
 
 The Consumer registers with ``fetch_wait_v2`` once its partitions stay quiet for 5 ms, and drops
-its registration after every wake-up for its partitions and after a poll that returned records.
+its registration after every wake-up for its partitions and after a poll that returned records;
+every wake-up that brought it nothing doubles its spacing (a flood). The broker does not keep a
+registration the store did not make.
 Clients of earlier versions keep working: their lasting registrations are not ended by a
 wake-up, and their plain ``pg_notify`` ends no one-shot registration. Clients of this version
 need the schema at this revision (upgrade the schema first).

@@ -1683,8 +1683,8 @@ BEGIN
     -- one-shot one (fetch_wait_v2) also ends with the first wake-up sent for it (wake_readers_v1).
     -- The upsert waits for a row another session holds: a reader registering (milliseconds), or
     -- anyone who keeps a transaction open after wake_readers_v1 or this function, which any
-    -- client may do. Bounded as the wait below (revision 0042): past it the reader goes without
-    -- a registration and finds the records by its own looks.
+    -- client may do. Bounded as the wait below (revision 0042): past it nothing is registered,
+    -- the answer has no rows, and the reader finds the records by its own looks.
     v_lock_timeout := current_setting('lock_timeout');
     BEGIN
         PERFORM set_config('lock_timeout', '250ms', true);
@@ -1706,7 +1706,7 @@ BEGIN
             uncommitted_once_until = greatest(w.uncommitted_once_until, EXCLUDED.uncommitted_once_until);
         PERFORM set_config('lock_timeout', v_lock_timeout, true);
     EXCEPTION WHEN lock_not_available THEN
-        NULL;  -- the subtransaction's rollback restores lock_timeout
+        RETURN;  -- the subtransaction's rollback restores lock_timeout
     END;
     -- An append checks for waiters under its partition's lock (produce_batches_v1, the commits).
     -- Wait here until the appends holding these partitions now have finished: they committed
@@ -1733,7 +1733,7 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION fetch_wait_register_v1(p_topics text[], p_partitions integer[], p_read_committed boolean, p_wait_ms integer, p_once boolean) IS
-  'Internal: registers a reader''s wait (fetch_wait_v1 lasting, fetch_wait_v2 one-shot), waits for the appends in flight on the partitions, LISTENs, and answers the channel and the topics'' ids.';
+  'Internal: registers a reader''s wait (fetch_wait_v1 lasting, fetch_wait_v2 one-shot), waits for the appends in flight on the partitions, LISTENs, and answers the channel and the topics'' ids; no rows when a session held the registration rows past 250 ms (nothing registered).';
 
 CREATE OR REPLACE FUNCTION fetch_wait_v1(p_topics text[], p_partitions integer[], p_read_committed boolean, p_wait_ms integer)
  RETURNS TABLE(channel text, topic text, topic_id integer)
