@@ -207,7 +207,6 @@ class TxnHandlers:
         try:
             slot = await self._slot(tid, pid, epoch)
             number = slot.number
-            adopted = False  # the transaction to end is one this broker did not number
             if not slot.started:
                 # No write of this transaction reached the store through this broker. Either
                 # nothing was written in it, or this is an EndTxn resent for the transaction
@@ -218,21 +217,18 @@ class TxnHandlers:
                 status = await self._current(tid, pid, epoch)
                 if status.state == "Ongoing":
                     # Opened through another broker since this one last saw the id. Nothing in
-                    # the request tells a commit meant for it from a late copy of an EndTxn
+                    # the request tells an EndTxn meant for it from a late copy of the EndTxn
                     # for the transaction before it (docs/guide-broker.md, "A client that moves
-                    # between brokers"), and committing a half-written transaction would break
-                    # exactly-once. So an abort ends it (an abort is safe whatever it was
-                    # meant for: a commit of it is refused later), and a commit is refused:
-                    # the client learns that its transaction did not commit, and its next
-                    # instance's InitProducerId aborts it. Answering "nothing to end" told the
-                    # client it had committed while the store aborted it at its timeout.
-                    if commit:
-                        return answer(error_code(errors.InvalidTxnStateError("opened through another broker")))
-                    number, adopted = status.txn_number, True
-                elif status.state not in _ENDED:
+                    # between brokers"): a late commit would commit it half-written, and a late
+                    # abort would abort it without the epoch bump that makes the client's
+                    # later writes fail, so they could go on in the next transaction. Refused
+                    # (fatal to Kafka's clients): the client's next instance aborts it with
+                    # its InitProducerId. Answering "nothing to end" told the client it had
+                    # committed while the store aborted the transaction at its timeout.
+                    return answer(error_code(errors.InvalidTxnStateError("opened through another broker")))
+                if status.state not in _ENDED:
                     return answer(NONE)  # nothing was written in this transaction: nothing to end
-                else:
-                    number = status.txn_number
+                number = status.txn_number
         except errors.OncelogError as exc:
             return answer(_coordinator_code(exc))
         try:
@@ -251,6 +247,6 @@ class TxnHandlers:
             return answer(_coordinator_code(exc))
         if wake:
             self._wake(wake)  # read_committed readers of the partitions it held back
-        if number == slot.number or adopted:
+        if number == slot.number:
             slot.number, slot.started = number + 1, False
         return answer(NONE)
