@@ -216,12 +216,16 @@ ctypes.PyDLL(None).sleep(600)
 def test_a_stopped_client_the_interpreter_cannot_end_is_ended_by_the_kernel() -> None:
     """A client told to stop whose interpreter then runs no thread again (its exit stops daemon
     threads for good; here its main thread holds the interpreter lock inside a C call) still ends
-    soon after its grace, by SIGALRM, before the runner's SIGKILL: the watcher cannot end it."""
-    with subprocess.Popen([sys.executable, "-c", _GIL_HOLDING_CLIENT], stdout=subprocess.PIPE, text=True) as proc:
+    soon after its grace, by SIGALRM, before the runner's SIGKILL: the watcher cannot end it.
+    Its threads' stacks are in its log first."""
+    with subprocess.Popen(
+        [sys.executable, "-c", _GIL_HOLDING_CLIENT], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
         try:
             assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
             proc.terminate()
             assert proc.wait(timeout=20) == -signal.SIGALRM
+            assert proc.stderr is not None and "in <module>" in proc.stderr.read(), "no stacks before the end"
         finally:
             proc.kill()
 

@@ -708,6 +708,10 @@ def _watch(parent: int, signals: int, grace: float) -> None:
     # and a C call may keep that lock. SIGALRM keeps its default action (terminate): a Python
     # handler could run only in the main thread.
     signal.alarm(math.ceil(grace + _ALARM_AFTER_S))
+    # And, just before the alarm, every thread's stack into the client's log, from faulthandler's
+    # own C thread (it needs no interpreter lock): a client the kernel has to end says where it
+    # hung. Twice in CI a Kafka client hung so (its interpreter stopped, no stack to read).
+    faulthandler.dump_traceback_later(grace + _ALARM_AFTER_S / 2, exit=False)
     time.sleep(grace)
     os._exit(3)
 
