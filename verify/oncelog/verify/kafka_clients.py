@@ -303,31 +303,20 @@ def _run_transactional(spec: ClientSpec, rec: _Recorder, rng: random.Random) -> 
     run_transactions(spec, rec, rng, _Transactions(spec))
 
 
-#: How long a consumer's close may take once the client was told to stop.
-_CLOSE_AT_STOP_S = 5.0
-
-
 def _close(consumer: ck.Consumer | None) -> None:
-    if consumer is None:
+    """Close ``consumer`` (leave its group), unless the client was told to stop: then it is left
+    open, and the process's end (``os._exit``) drops it. librdkafka's close has no timeout: it
+    waits to leave the group through a coordinator that may be gone (a broker killed by the run),
+    and confluent-kafka keeps the interpreter lock meanwhile, so no thread of the process runs,
+    the stop's watcher included (seen in CI: a close on a thread of its own, the main thread
+    stuck starting that thread). Its members are static (``group.instance.id``) or assign their
+    partitions themselves: the group loses nothing by the missing leave."""
+    if consumer is None or _STOP.is_set():
         return
-
-    def close() -> None:
-        try:
-            consumer.close()
-        except (ck.KafkaException, RuntimeError):  # a broken consumer may fail to close; it is dropped anyway
-            _LOG.debug("closing a consumer failed", exc_info=True)
-
-    if not _STOP.is_set():
-        close()
-        return
-    # librdkafka's close has no timeout: it waits to leave the group, through a coordinator that
-    # may be gone (a broker killed by the run): told to stop, the client must not outlast its grace
-    # on it. The close goes on in a daemon thread, which the process's exit ends.
-    closing = threading.Thread(target=close, name="close", daemon=True)
-    closing.start()
-    closing.join(_CLOSE_AT_STOP_S)
-    if closing.is_alive():
-        _LOG.info("a consumer's close did not return within %.0f s of the stop; left behind", _CLOSE_AT_STOP_S)
+    try:
+        consumer.close()
+    except (ck.KafkaException, RuntimeError):  # a broken consumer may fail to close; it is dropped anyway
+        _LOG.debug("closing a consumer failed", exc_info=True)
 
 
 def _consumer_settings(spec: ClientSpec, group: str, **values: Any) -> dict[str, Any]:
